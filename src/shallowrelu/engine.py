@@ -1,0 +1,488 @@
+"""Batched full-batch gradient descent over many runs at once, with measurements.
+
+All runs of a batch share (n, d, m) and their evaluation-set sizes; each run has its own
+data, initialisation and λ. One step updates every run with batched matrix products and the
+same arithmetic as :func:`shallowrelu.model.reference_train` (the oracle). Stopping is exact
+per run and needs no host synchronisation: a run whose objective (evaluated before the step)
+is below the target stops at that iteration and receives zero updates from then on; at
+logging points finished runs are written out and leave the batch, and a run whose hidden
+weights are bit-identical to those at the previous logging point stops as ``frozen``.
+
+Measurements (SPEC §3) are taken at the ~``n_log`` logging points and at each run's final
+state. Checkpoints of the whole batch can be written at logging points (atomically) and a
+restarted job resumes from the latest one, bit-identically on the CPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import pickle
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from .datasets import Trial, check_lambda
+from .io import _atomic_path
+from .metrics import RAD2DEG, angle_between, end_groups, init_groups, nuclear_norm, pairwise_angle_stats
+from .model import batched_loss_and_gradients, batched_objective, get_convention, log_iterations
+
+ACTIVE_RULES = ("init", "end")
+
+
+@dataclass
+class TrainConfig:
+    """Training and measurement settings shared by all runs of a job (see ``--help``)."""
+
+    loss_convention: str = "authors"
+    lr: float | None = None  # None: the convention's (0.01)
+    loss_target: float | None = None  # None: the convention's (1e-9)
+    max_iters: int = 20_000_000
+    n_log: int = 1000
+    device: str = "auto"
+    dtype: str = "float64"
+    active_rule: str = "init"
+    checkpoint_every_s: float = 300.0
+    sync_every: int = 0  # 0: 1 on the CPU, 64 on CUDA
+
+    def validate(self) -> "TrainConfig":
+        get_convention(self.loss_convention, self.lr, self.loss_target)
+        if not isinstance(self.max_iters, (int, np.integer)) or self.max_iters < 1:
+            raise ValueError(f"iteration cap max_iters must be an integer >= 1, got {self.max_iters!r}")
+        if not isinstance(self.n_log, (int, np.integer)) or self.n_log < 1:
+            raise ValueError(f"n_log must be an integer >= 1, got {self.n_log!r}")
+        if self.dtype not in ("float64", "float32"):
+            raise ValueError(f"dtype must be 'float64' or 'float32', got {self.dtype!r}")
+        if self.active_rule not in ACTIVE_RULES:
+            raise ValueError(f"active_rule must be one of {ACTIVE_RULES}, got {self.active_rule!r}")
+        resolve_device(self.device)
+        return self
+
+    @property
+    def convention(self):
+        return get_convention(self.loss_convention, self.lr, self.loss_target)
+
+    def fingerprint(self) -> str:
+        """Hash of every setting that changes the iterates (not device, logging cadence of checkpoints)."""
+        keys = {k: v for k, v in asdict(self).items() if k not in ("device", "checkpoint_every_s", "sync_every")}
+        keys["convention"] = asdict(self.convention)
+        return hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def resolve_device(device: str) -> torch.device:
+    """'auto' → CUDA if available else CPU; otherwise the named device, checked."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"unknown device {device!r}; allowed: auto, cpu, cuda, cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available here; use --device cpu or auto")
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"unsupported device {device!r}; allowed: auto, cpu, cuda, cuda:N")
+    return dev
+
+
+@dataclass
+class RunSpec:
+    """One run: a trial at scale λ. ``key`` names it in results and checkpoints."""
+
+    trial: Trial
+    lam: float
+    key: str
+    lambda_exp: int | None = None
+
+    def __post_init__(self) -> None:
+        check_lambda(self.lam)
+
+
+@dataclass
+class RunResult:
+    spec: RunSpec
+    history: dict[str, np.ndarray]
+    final: dict[str, float]
+    W: np.ndarray
+    a: np.ndarray
+    iterations: int
+    stop_reason: str
+    wall_time_s: float
+    device: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+HISTORY_SCALARS = (
+    "iteration", "loss", "max_angle_pos_deg", "mean_angle_pos_deg", "max_angle_pos_arccos_deg",
+    "mean_angle_pos_arccos_deg", "max_angle_neg_deg", "mean_angle_neg_deg", "max_angle_neg_arccos_deg",
+    "mean_angle_neg_arccos_deg", "nuclear_norm", "theta_sq", "w_sq", "balance_err", "bundle_norm",
+    "bundle_err_norm", "bundle_angle_gamma_deg", "bundle_angle_teacher_deg",
+)
+
+
+class _Batch:
+    """Device tensors of the runs currently training, all with the same shapes."""
+
+    def __init__(self, specs: Sequence[RunSpec], cfg: TrainConfig, dev: torch.device, dtype: torch.dtype):
+        self.keys = [s.key for s in specs]
+        t = lambda arr: torch.as_tensor(np.asarray(arr), dtype=dtype, device=dev)  # noqa: E731
+        inits = [s.trial.init(s.lam) for s in specs]
+        self.W = torch.stack([t(W) for W, _ in inits])
+        self.a = torch.stack([t(a) for _, a in inits])
+        self.X = torch.stack([t(s.trial.X) for s in specs])
+        self.y = torch.stack([t(s.trial.y) for s in specs])
+        z = torch.stack([t(s.trial.z) for s in specs])
+        sgn = torch.stack([t(s.trial.s) for s in specs])
+        self.pos0, self.neg0 = init_groups(z, sgn, self.X)
+        self.teacher = torch.stack([t(s.trial.teacher.primary) for s in specs])
+        n = self.X.shape[1]
+        self.gamma = torch.einsum("rn,rnd->rd", self.y, self.X) / n
+        bases = []
+        for s in specs:
+            evals, evecs = np.linalg.eigh(s.trial.X.T @ s.trial.X / s.trial.n)
+            bases.append(evecs[:, ::-1].copy())  # columns u_k by decreasing eigenvalue
+        self.eigbasis = torch.stack([t(B) for B in bases])
+        names = sorted(specs[0].trial.eval_sets)
+        self.eval_names = names
+        self.eval_X = {nm: torch.stack([t(s.trial.eval_sets[nm][0]) for s in specs]) for nm in names}
+        self.eval_y = {nm: torch.stack([t(s.trial.eval_sets[nm][1]) for s in specs]) for nm in names}
+        R = len(specs)
+        self.running = torch.ones(R, dtype=torch.bool, device=dev)
+        self.stop_iter = torch.full((R,), -1, dtype=torch.int64, device=dev)
+        self.W_prev = self.W.clone()
+
+    TENSORS = ("W", "a", "X", "y", "pos0", "neg0", "teacher", "gamma", "eigbasis", "running", "stop_iter", "W_prev")
+
+    def keep(self, idx: torch.Tensor) -> None:
+        """Keep only the runs at positions ``idx``."""
+        for name in self.TENSORS:
+            setattr(self, name, getattr(self, name)[idx])
+        for nm in self.eval_names:
+            self.eval_X[nm] = self.eval_X[nm][idx]
+            self.eval_y[nm] = self.eval_y[nm][idx]
+        self.keys = [self.keys[i] for i in idx.tolist()]
+
+    def state(self) -> dict[str, Any]:
+        out = {name: getattr(self, name).cpu() for name in self.TENSORS}
+        out["eval_X"] = {k: v.cpu() for k, v in self.eval_X.items()}
+        out["eval_y"] = {k: v.cpu() for k, v in self.eval_y.items()}
+        out["keys"] = list(self.keys)
+        out["eval_names"] = list(self.eval_names)
+        return out
+
+    @classmethod
+    def from_state(cls, st: dict[str, Any], dev: torch.device) -> "_Batch":
+        b = cls.__new__(cls)
+        for name in cls.TENSORS:
+            setattr(b, name, st[name].to(dev))
+        b.eval_X = {k: v.to(dev) for k, v in st["eval_X"].items()}
+        b.eval_y = {k: v.to(dev) for k, v in st["eval_y"].items()}
+        b.keys = list(st["keys"])
+        b.eval_names = list(st["eval_names"])
+        return b
+
+
+def gd_step(b: _Batch, t: int, kappa: float, lr: float, target: float) -> None:
+    """One gradient-descent step for every run still running (model.batched_loss_and_gradients).
+
+    Runs whose objective at θ_t is below ``target`` are marked stopped at iteration t and get a
+    zero update (W − 0 = W exactly), so stopping needs no host synchronisation.
+    """
+    loss, grad_W, grad_a = batched_loss_and_gradients(b.W, b.a, b.X, b.y, kappa)
+    newly = b.running & (loss < target)
+    b.stop_iter = torch.where(newly, torch.full_like(b.stop_iter, t), b.stop_iter)
+    b.running = b.running & ~newly
+    go = b.running.to(b.W.dtype)
+    b.W = b.W - (lr * grad_W) * go[:, None, None]
+    b.a = b.a - (lr * grad_a) * go[:, None]
+
+
+def _group_stats(W: torch.Tensor, mask: torch.Tensor, prefix: str, out: dict[str, torch.Tensor]) -> None:
+    st = pairwise_angle_stats(W, mask)
+    out[f"max_angle_{prefix}_deg"] = st["max"]
+    out[f"mean_angle_{prefix}_deg"] = st["mean"]
+    out[f"max_angle_{prefix}_arccos_deg"] = st["max_arccos"]
+    out[f"mean_angle_{prefix}_arccos_deg"] = st["mean_arccos"]
+    out[f"n_{prefix}"] = st["count"]
+
+
+def measure(b: _Batch, kappa: float, with_end_rule: bool = False) -> dict[str, torch.Tensor]:
+    """All SPEC §3 measurements of every run in the batch at its current state."""
+    W, a = b.W, b.a
+    out: dict[str, torch.Tensor] = {"loss": batched_objective(W, a, b.X, b.y, kappa)}
+    for nm in b.eval_names:
+        out[f"loss_{nm}"] = batched_objective(W, a, b.eval_X[nm], b.eval_y[nm], kappa)
+    _group_stats(W, b.pos0, "pos", out)
+    _group_stats(W, b.neg0, "neg", out)
+    out["nuclear_norm"] = nuclear_norm(W)
+    wsq = (W * W).sum(-1)
+    out["w_sq"] = wsq.sum(-1)
+    out["theta_sq"] = (a * a).sum(-1) + out["w_sq"]
+    out["balance_err"] = (a * a - wsq).abs().amax(-1)
+    v = torch.einsum("rm,rmd->rd", a * b.pos0.to(W.dtype), W)  # bundle v^t = Σ_{J+} a_j w_j
+    err = b.teacher - v
+    out["bundle_norm"] = torch.linalg.vector_norm(v, dim=-1)
+    out["bundle_err_norm"] = torch.linalg.vector_norm(err, dim=-1)
+    out["bundle_angle_gamma_deg"] = angle_between(v, b.gamma) * RAD2DEG
+    out["bundle_angle_teacher_deg"] = angle_between(v, b.teacher) * RAD2DEG
+    out["eig_coords"] = torch.einsum("rdk,rd->rk", b.eigbasis, err)
+    if with_end_rule:
+        pos_e, neg_e = end_groups(W, a, b.X)
+        end: dict[str, torch.Tensor] = {}
+        _group_stats(W, pos_e, "pos", end)
+        _group_stats(W, neg_e, "neg", end)
+        for k, val in end.items():
+            out[f"endrule_{k}"] = val
+    return out
+
+
+def _to_rows(meas: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
+    host = {k: v.detach().cpu().numpy() for k, v in meas.items()}
+    R = next(iter(host.values())).shape[0]
+    return [{k: v[i] for k, v in host.items()} for i in range(R)]
+
+
+def _stack_history(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    return {k: np.stack([np.asarray(r[k]) for r in rows]) for k in rows[0]}
+
+
+def _final_summary(row: dict[str, Any], rule: str) -> dict[str, float]:
+    """Scalars of the final state; headline angles under the chosen active rule."""
+    fin = {k: float(v) for k, v in row.items() if np.ndim(v) == 0}
+    for grp in ("pos", "neg"):
+        for stat in ("max", "mean"):
+            for form in ("", "_arccos"):
+                name = f"{stat}_angle_{grp}{form}_deg"
+                fin[f"init_rule_{name}"] = fin[name]
+                fin[f"end_rule_{name}"] = fin[f"endrule_{name}"]
+                fin[name] = fin[f"{rule}_rule_{name}"]
+    fin["n_pos_end"] = fin.pop("endrule_n_pos")
+    fin["n_neg_end"] = fin.pop("endrule_n_neg")
+    for k in [k for k in fin if k.startswith("endrule_")]:
+        fin.pop(k)
+    return fin
+
+
+class _Progress:
+    """tqdm bar on a terminal, periodic plain lines in logs."""
+
+    def __init__(self, total: int, desc: str, enabled: bool):
+        self.enabled = enabled
+        self.bar = None
+        self.last = time.monotonic()
+        self.total = total
+        self.desc = desc
+        if enabled and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=desc, unit="it", unit_scale=True, file=sys.stderr)
+
+    def update(self, t: int, running: int, done: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.n = t
+            self.bar.set_postfix(running=running, done=done, refresh=False)
+            self.bar.refresh()
+        elif time.monotonic() - self.last > 30 or running == 0:
+            self.last = time.monotonic()
+            print(f"[{self.desc}] iteration {t:,}/{self.total:,} ({100 * t / self.total:.1f}%), "
+                  f"{running} runs training, {done} done", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _batch_groups(specs: Sequence[RunSpec]) -> list[list[RunSpec]]:
+    groups: dict[tuple, list[RunSpec]] = {}
+    for s in specs:
+        shape = (s.trial.X.shape, s.trial.z.shape, tuple(sorted((k, v[0].shape) for k, v in s.trial.eval_sets.items())))
+        groups.setdefault(shape, []).append(s)
+    return list(groups.values())
+
+
+def train(
+    specs: Sequence[RunSpec],
+    cfg: TrainConfig,
+    *,
+    checkpoint: str | Path | None = None,
+    progress: bool = True,
+    on_result: Callable[[RunResult], None] | None = None,
+    desc: str = "train",
+) -> list[RunResult]:
+    """Train every run in ``specs`` (batched by shape) and return their results in order.
+
+    ``checkpoint``: file for the batch state; written atomically every
+    ``cfg.checkpoint_every_s`` seconds at logging points; a call that finds a matching one
+    resumes from it. ``on_result`` is called as each run finishes (e.g. to write its files).
+    """
+    cfg.validate()
+    keys = [s.key for s in specs]
+    if len(set(keys)) != len(keys):
+        raise ValueError("run keys must be unique within one call")
+    results: dict[str, RunResult] = {}
+    for gi, group in enumerate(_batch_groups(specs)):
+        ck = None if checkpoint is None else Path(f"{checkpoint}.{gi}" if gi else str(checkpoint))
+        for res in _train_group(group, cfg, ck, progress, desc):
+            results[res.spec.key] = res
+            if on_result is not None:
+                on_result(res)
+    return [results[k] for k in keys]
+
+
+def _train_group(specs: list[RunSpec], cfg: TrainConfig, ck: Path | None, progress: bool, desc: str):
+    dev = resolve_device(cfg.device)
+    dtype = getattr(torch, cfg.dtype)
+    conv = cfg.convention
+    kappa, lr, target = conv.kappa, conv.lr, conv.target
+    by_key = {s.key: s for s in specs}
+    log_pts = [int(x) for x in log_iterations(cfg.max_iters, cfg.n_log)]
+    sync_every = cfg.sync_every or (1 if dev.type == "cpu" else 64)
+    fingerprint = cfg.fingerprint() + ":" + ",".join(sorted(by_key))
+
+    histories: dict[str, list[dict[str, Any]]] = {k: [] for k in by_key}
+    finished_keys: list[str] = []
+    elapsed_before = 0.0
+    li = 0
+    b: _Batch | None = None
+    finished_payloads: dict[str, dict[str, Any]] = {}
+    resumed = False
+    if ck is not None and ck.exists():
+        with open(ck, "rb") as fh:
+            st = pickle.load(fh)
+        if st.get("fingerprint") == fingerprint:
+            b = _Batch.from_state(st["batch"], dev)
+            histories = st["histories"]
+            li = st["log_index"]
+            elapsed_before = st["elapsed"]
+            finished_payloads = st["finished"]
+            resumed = True
+            for key, payload in finished_payloads.items():
+                finished_keys.append(key)
+                yield RunResult(spec=by_key[key], **payload)
+            print(f"[{desc}] resumed from checkpoint {ck} at iteration {log_pts[li]:,}", file=sys.stderr)
+    if b is None:
+        b = _Batch(specs, cfg, dev, dtype)
+    t0 = time.monotonic() - elapsed_before
+    last_ck = time.monotonic()
+    bar = _Progress(cfg.max_iters, desc, progress)
+
+    def finish(idx: list[int], meas_rows: list[dict[str, Any]], iters: list[int], reasons: list[str]):
+        for i, row, it, reason in zip(idx, meas_rows, iters, reasons):
+            key = b.keys[i]
+            row = dict(row)
+            row["iteration"] = it
+            hist = histories[key]
+            if hist and hist[-1]["iteration"] == it:
+                hist[-1] = row
+            else:
+                hist.append(row)
+            keep_cols = [c for c in row if not c.startswith("endrule_")]
+            history = _stack_history([{c: r[c] for c in keep_cols} for r in hist])
+            payload = dict(
+                history=history,
+                final=_final_summary(row, cfg.active_rule),
+                W=b.W[i].cpu().numpy().copy(),
+                a=b.a[i].cpu().numpy().copy(),
+                iterations=int(it),
+                stop_reason=reason,
+                wall_time_s=time.monotonic() - t0,
+                device=str(dev),
+            )
+            finished_payloads[key] = payload
+            finished_keys.append(key)
+            histories[key] = []
+
+    # record the state at the current logging point
+    t = log_pts[li]
+    if li == 0:
+        for i, row in enumerate(_to_rows(measure(b, kappa))):
+            row["iteration"] = 0
+            histories[b.keys[i]].append(row)
+    while True:
+        if resumed:  # the checkpoint was written after this logging point's decisions
+            resumed = False
+            li, t = _train_chunk(b, li, log_pts, kappa, lr, target, sync_every)
+            continue
+        # -- decide stops at logging point t (same order as the reference trainer) -----------
+        R = len(b.keys)
+        meas = measure(b, kappa, with_end_rule=True)
+        rows = _to_rows(meas)
+        loss = meas["loss"]
+        stop_it = b.stop_iter.cpu().tolist()
+        done_idx, done_rows, done_its, done_reasons = [], [], [], []
+        same = (b.W == b.W_prev).flatten(1).all(1).cpu().tolist() if t > 0 else [False] * R
+        below = (loss < target).cpu().tolist()
+        for i in range(R):
+            if stop_it[i] >= 0:
+                reason, it = "loss_target", stop_it[i]
+            elif below[i]:
+                reason, it = "loss_target", t
+            elif same[i]:
+                reason, it = "frozen", t
+            elif t >= cfg.max_iters:
+                reason, it = "max_iters", t
+            else:
+                if t > 0:
+                    row = {k: v for k, v in rows[i].items() if not k.startswith("endrule_")}
+                    row["iteration"] = t
+                    h = histories[b.keys[i]]
+                    if not h or h[-1]["iteration"] != t:
+                        h.append(row)
+                continue
+            done_idx.append(i)
+            done_rows.append(rows[i])
+            done_its.append(it)
+            done_reasons.append(reason)
+        if done_idx:
+            finish(done_idx, done_rows, done_its, done_reasons)
+            for key in [b.keys[i] for i in done_idx]:
+                yield RunResult(spec=by_key[key], **finished_payloads[key])
+            keep = torch.tensor([i for i in range(R) if i not in set(done_idx)], dtype=torch.long, device=b.W.device)
+            b.keep(keep)
+        bar.update(t, len(b.keys), len(finished_keys))
+        if not b.keys:
+            break
+        b.W_prev = b.W.clone()
+        # -- checkpoint ------------------------------------------------------------------
+        if ck is not None and time.monotonic() - last_ck >= cfg.checkpoint_every_s:
+            _write_checkpoint(ck, fingerprint, b, histories, li, time.monotonic() - t0, finished_payloads)
+            last_ck = time.monotonic()
+        li, t = _train_chunk(b, li, log_pts, kappa, lr, target, sync_every)
+    bar.close()
+    if ck is not None and ck.exists():
+        ck.unlink()
+
+
+def _train_chunk(b: _Batch, li: int, log_pts: list[int], kappa: float, lr: float, target: float,
+                 sync_every: int) -> tuple[int, int]:
+    """Step from logging point ``li`` to the next one; returns the new (index, iteration)."""
+    t, t_next = log_pts[li], log_pts[li + 1]
+    while t < t_next:
+        gd_step(b, t, kappa, lr, target)
+        t += 1
+        if t % sync_every == 0 and not bool(b.running.any()):
+            break
+    return li + 1, t_next
+
+
+def _write_checkpoint(ck: Path, fingerprint: str, b: _Batch, histories, li: int, elapsed: float, finished) -> None:
+    state = {"fingerprint": fingerprint, "batch": b.state(), "histories": histories, "log_index": li,
+             "elapsed": elapsed, "finished": finished}
+    with _atomic_path(ck, ".pkl") as tmp:
+        with open(tmp, "wb") as fh:
+            pickle.dump(state, fh, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def lambda_from_exp(exp: int, base: float = 4.0) -> float:
+    return float(base) ** int(exp)
+
+
+__all__ = ["TrainConfig", "RunSpec", "RunResult", "train", "resolve_device", "lambda_from_exp", "measure", "gd_step",
+           "HISTORY_SCALARS", "math"]

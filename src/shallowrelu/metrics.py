@@ -1,0 +1,94 @@
+"""Measurements of a network (SPEC §3), batched over runs: angles, norms, the bundle vector.
+
+All functions take torch tensors with a leading run dimension R: ``W`` (R, m, d), ``a``
+(R, m), group masks (R, m). Angles are returned in degrees.
+
+Accurate angles. ``arccos`` of a float64 cosine cannot resolve angles below ~1e-8 rad
+(cos θ = 1 − θ²/2 rounds to 1). We use instead θ = 2·atan2(‖û − v̂‖, ‖û + v̂‖) for unit
+vectors û, v̂, which is accurate to rounding of the inputs at every angle in [0, π]. For the
+pairwise angles within a group we subtract the group's mean direction c from every unit
+vector before forming a Gram matrix, so ‖û_i − û_j‖² = ‖e_i‖² + ‖e_j‖² − 2 e_i·e_j with
+e = û − c is computed without the catastrophic cancellation of 2 − 2 û_i·û_j. The authors'
+``arccos`` form (diagonal included in the mean's sum, divided by k(k−1)) is kept alongside.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+RAD2DEG = 180.0 / math.pi
+
+
+def unit_rows(V: torch.Tensor) -> torch.Tensor:
+    """Rows scaled to unit length (zero rows stay zero)."""
+    norm = torch.linalg.vector_norm(V, dim=-1, keepdim=True)
+    return V / torch.where(norm > 0, norm, torch.ones_like(norm))
+
+
+def angle_between(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Accurate angle in radians between vectors along the last dimension (broadcasts).
+
+    θ = 2·atan2(‖û − v̂‖, ‖û + v̂‖); NaN where either vector is zero.
+    """
+    uu, vv = unit_rows(u), unit_rows(v)
+    ang = 2.0 * torch.atan2(torch.linalg.vector_norm(uu - vv, dim=-1), torch.linalg.vector_norm(uu + vv, dim=-1))
+    zero = (torch.linalg.vector_norm(u, dim=-1) == 0) | (torch.linalg.vector_norm(v, dim=-1) == 0)
+    return torch.where(zero, torch.full_like(ang, float("nan")), ang)
+
+
+def pairwise_angle_stats(W: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Max and mean pairwise angle (degrees) between the rows of W selected by ``mask``.
+
+    Returns per run: ``max``, ``mean`` (accurate, over pairs j ≠ j'), ``max_arccos``,
+    ``mean_arccos`` (the authors' form: arccos of the clipped cosine, the mean's sum over all
+    ordered pairs including j = j' divided by k(k−1)), and ``count`` k. Runs with k < 2 get NaN.
+    """
+    R, m, _ = W.shape
+    maskf = mask.to(W.dtype)
+    k = maskf.sum(1)
+    U = unit_rows(W) * maskf.unsqueeze(-1)
+    centre = U.sum(1) / k.clamp_min(1).unsqueeze(-1)
+    E = (U - centre.unsqueeze(1)) * maskf.unsqueeze(-1)
+    G = torch.bmm(E, E.transpose(1, 2))
+    g = torch.diagonal(G, dim1=1, dim2=2)
+    D2 = (g.unsqueeze(2) + g.unsqueeze(1) - 2.0 * G).clamp(0.0, 4.0)
+    ang = 2.0 * torch.atan2(D2.sqrt(), (4.0 - D2).sqrt()) * RAD2DEG
+    pair = mask.unsqueeze(2) & mask.unsqueeze(1)
+    eye = torch.eye(m, dtype=torch.bool, device=W.device).unsqueeze(0)
+    off = pair & ~eye
+    npairs = k * (k - 1)
+    nan = torch.full_like(k, float("nan"))
+    ok = k >= 2
+    max_acc = torch.where(off, ang, torch.zeros_like(ang)).amax(dim=(1, 2))
+    mean_acc = torch.where(off, ang, torch.zeros_like(ang)).sum(dim=(1, 2)) / npairs.clamp_min(1)
+
+    C = torch.bmm(U, U.transpose(1, 2)).clamp(-1.0, 1.0)
+    acos = torch.arccos(C) * RAD2DEG
+    max_acos = torch.where(pair, acos, torch.zeros_like(acos)).amax(dim=(1, 2))
+    mean_acos = torch.where(pair, acos, torch.zeros_like(acos)).sum(dim=(1, 2)) / npairs.clamp_min(1)
+    return {
+        "max": torch.where(ok, max_acc, nan),
+        "mean": torch.where(ok, mean_acc, nan),
+        "max_arccos": torch.where(ok, max_acos, nan),
+        "mean_arccos": torch.where(ok, mean_acos, nan),
+        "count": k,
+    }
+
+
+def nuclear_norm(W: torch.Tensor) -> torch.Tensor:
+    """Σ of singular values of each W (R, m, d)."""
+    return torch.linalg.svdvals(W).sum(-1)
+
+
+def init_groups(z: torch.Tensor, s: torch.Tensor, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """J+ and J− fixed at initialisation (SPEC §3): sign s_j = ±1 and some z_j · x_i > 0."""
+    live = (torch.bmm(z, X.transpose(1, 2)) > 0).any(-1)
+    return live & (s > 0), live & (s < 0)
+
+
+def end_groups(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """J+ and J− re-evaluated on the current weights: sign of a_j and some w_j · x_i > 0."""
+    live = (torch.bmm(W, X.transpose(1, 2)) > 0).any(-1)
+    return live & (a > 0), live & (a < 0)

@@ -1,0 +1,117 @@
+"""Train the runs of one or more trials and write their result files (the workflow's job).
+
+A job is one or more trials (scheme, d, m, seed) with their λ grid: all runs train together
+as one batch. Each run gets ``lam{e}.npz`` (history arrays and final W, a) and ``lam{e}.json``
+(summary and provenance) beside its trial's ``trial.npz`` (layout in io.py). A run whose
+summary already exists with the same settings is not retrained; the batch's checkpoint lets a
+killed job resume.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .datasets import Trial, make_trial
+from .engine import RunResult, RunSpec, TrainConfig, lambda_from_exp, train
+from .io import atomic_save_npz, atomic_write_json, provenance, read_json, run_stem, trial_dir
+
+SUMMARY_VERSION = 1
+
+
+def run_key(scheme: str, d: int, m: int, seed: int, lambda_exp: int) -> str:
+    return f"{scheme}/d{d}/m{m}/seed{seed}/lam{lambda_exp}"
+
+
+def summary_is_current(path: Path, cfg: TrainConfig) -> bool:
+    """True when ``path`` is a complete summary written with the same training settings."""
+    if not path.exists() or not path.with_suffix(".npz").exists():
+        return False
+    try:
+        summ = read_json(path)
+    except (OSError, ValueError):
+        return False
+    return summ.get("config_fingerprint") == cfg.fingerprint() and summ.get("complete") is True
+
+
+def write_run(root: Path, res: RunResult, cfg: TrainConfig, trial_file: Path) -> Path:
+    """Write one run's ``.npz`` then its ``.json`` summary (the JSON last, so it marks completion)."""
+    tr = res.spec.trial
+    stem = run_stem(root, tr.scheme, tr.d, tr.m, tr.seed, res.spec.lambda_exp)
+    arrays = {f"history_{k}": v for k, v in res.history.items()}
+    arrays.update(W_final=res.W, a_final=res.a, lam=np.array(res.spec.lam))
+    atomic_save_npz(stem.with_suffix(".npz"), arrays)
+    conv = cfg.convention
+    summary = {
+        "complete": True,
+        "summary_version": SUMMARY_VERSION,
+        "run": {"scheme": tr.scheme, "d": tr.d, "m": tr.m, "n": tr.n, "seed": tr.seed, "rho": tr.rho,
+                "lambda_exp": res.spec.lambda_exp, "lambda": res.spec.lam},
+        "config": asdict(cfg),
+        "config_fingerprint": cfg.fingerprint(),
+        "convention": asdict(conv),
+        "iterations": res.iterations,
+        "stop_reason": res.stop_reason,
+        "wall_time_s": res.wall_time_s,
+        "final": res.final,
+        "files": {"history": stem.with_suffix(".npz").name, "trial": trial_file.name},
+        "provenance": provenance(res.device),
+    }
+    atomic_write_json(stem.with_suffix(".json"), summary)
+    return stem
+
+
+def train_trials(
+    root: str | Path,
+    scheme: str,
+    d: int,
+    m: int,
+    seeds: Sequence[int],
+    lambda_exps: Sequence[int],
+    cfg: TrainConfig,
+    *,
+    rho: float | None = None,
+    progress: bool = True,
+    force: bool = False,
+) -> list[Path]:
+    """Train every (seed, λ) of one (scheme, d, m) as one batch and write the files.
+
+    Returns the run stems written or found current. Inputs are validated before any work.
+    """
+    cfg.validate()
+    root = Path(root)
+    lambdas = [lambda_from_exp(e) for e in lambda_exps]  # validates as exps are ints
+    trials: dict[int, Trial] = {seed: make_trial(scheme, d, m, seed, rho) for seed in seeds}
+    specs, stems = [], []
+    for seed, tr in trials.items():
+        tdir = trial_dir(root, scheme, d, m, seed)
+        tfile = tdir / "trial.npz"
+        if not tfile.exists() or force:
+            tr.save(tfile)
+        for e, lam in zip(lambda_exps, lambdas):
+            stem = run_stem(root, scheme, d, m, seed, e)
+            stems.append(stem)
+            if not force and summary_is_current(stem.with_suffix(".json"), cfg):
+                continue
+            specs.append(RunSpec(tr, lam, run_key(scheme, d, m, seed, e), lambda_exp=int(e)))
+    if not specs:
+        return stems
+    ck = trial_dir(root, scheme, d, m, min(seeds)).parent / f".checkpoint-seeds{'-'.join(map(str, seeds))}.pkl"
+    start = time.monotonic()
+
+    def on_result(res: RunResult) -> None:
+        tr = res.spec.trial
+        write_run(root, res, cfg, trial_dir(root, tr.scheme, tr.d, tr.m, tr.seed) / "trial.npz")
+
+    train(specs, cfg, checkpoint=ck, progress=progress, on_result=on_result,
+          desc=f"{scheme} d={d} m={m} seeds={list(seeds)}")
+    if progress:
+        import sys
+
+        print(f"[{scheme} d={d} m={m}] {len(specs)} runs trained in {time.monotonic() - start:.1f} s",
+              file=sys.stderr)
+    return stems
