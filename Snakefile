@@ -1,0 +1,38 @@
+# Reproduction workflow for Chistikov, Englert & Lazić (NeurIPS 2023).
+#
+#   snakemake --cores 2                                  default (laptop-sized) config
+#   snakemake --cores 2 --configfile config/paper.yaml   the paper's full grid
+#   snakemake --cores 2 fig7                             one figure (also fig1 fig2 fig8 fig9 tables)
+#
+# Layout and conventions: docs/workflow.md.
+from pathlib import Path
+
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+validate(config, "workflow/schemas/config.schema.yaml")
+
+
+include: "workflow/rules/common.smk"
+
+
+# Every experiment family's rules file, in sorted order. train.smk comes last: it creates one
+# training rule per trial that the families above registered with request_runs().
+for _rules in sorted(Path(workflow.basedir, "workflow", "rules").glob("*.smk")):
+    if _rules.name not in ("common.smk", "train.smk"):
+
+        include: str(_rules)
+
+
+include: "workflow/rules/train.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        DEFAULT_TARGETS,
