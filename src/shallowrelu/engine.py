@@ -18,9 +18,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import pickle
+import signal
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -327,16 +331,76 @@ def train(
     if len(set(keys)) != len(keys):
         raise ValueError("run keys must be unique within one call")
     results: dict[str, RunResult] = {}
-    for gi, group in enumerate(_batch_groups(specs)):
-        ck = None if checkpoint is None else Path(f"{checkpoint}.{gi}" if gi else str(checkpoint))
-        for res in _train_group(group, cfg, ck, progress, desc):
-            results[res.spec.key] = res
-            if on_result is not None:
-                on_result(res)
+    with _sigterm_flag(checkpoint is not None) as stop_requested:
+        for gi, group in enumerate(_batch_groups(specs)):
+            ck = None if checkpoint is None else Path(f"{checkpoint}.{gi}" if gi else str(checkpoint))
+            for res in _train_group(group, cfg, ck, progress, desc, stop_requested):
+                results[res.spec.key] = res
+                if on_result is not None:
+                    on_result(res)
     return [results[k] for k in keys]
 
 
-def _train_group(specs: list[RunSpec], cfg: TrainConfig, ck: Path | None, progress: bool, desc: str):
+class TrainingInterrupted(SystemExit):
+    """SIGTERM (Slurm preemption or time limit) arrived: the checkpoint was written at the next
+    logging point and the job stops with exit status 128 + signal; rerunning it resumes."""
+
+
+@contextmanager
+def _sigterm_flag(enabled: bool):
+    """While training with a checkpoint, turn SIGTERM into a flag read at logging points.
+
+    The handler only records the signal, so the batch is never saved mid-step. Outside the
+    main thread (signal handlers can't be set there) or without a checkpoint nothing changes.
+    """
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
+    try:
+        yield lambda: received[0] if received else None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+CHECKPOINT_FORMAT = 2
+
+
+def _spec_fingerprint(s: RunSpec) -> str:
+    """Hash of everything that defines one run's iterates: its trial's data and λ."""
+    h = hashlib.sha256(repr((s.key, float(s.lam), s.trial.X.shape, s.trial.z.shape)).encode())
+    arrays = [s.trial.X, s.trial.y, s.trial.z, s.trial.s, s.trial.teacher.primary]
+    arrays += [arr for nm in sorted(s.trial.eval_sets) for arr in s.trial.eval_sets[nm]]
+    for arr in arrays:
+        h.update(np.ascontiguousarray(arr, dtype=np.float64).tobytes())
+    return h.hexdigest()[:16]
+
+
+def _load_checkpoint(ck: Path, cfg_fp: str, run_fps: dict[str, str], desc: str) -> dict[str, Any] | None:
+    """The checkpoint's state if it belongs to these settings and runs, else None (it is ignored).
+
+    It matches when the training settings are equal and every requested run is in it with
+    the same data. Runs in it that are not requested (the caller found their files written
+    after the checkpoint) keep training in the batch, so the batch evolves exactly as in an
+    uninterrupted job, but are not returned again.
+    """
+    try:
+        with open(ck, "rb") as fh:
+            st = pickle.load(fh)
+        ok = (isinstance(st, dict) and st.get("format") == CHECKPOINT_FORMAT and st.get("fingerprint") == cfg_fp
+              and all(st["runs"].get(k) == h for k, h in run_fps.items()))
+    except Exception as exc:  # unreadable or from another version: start afresh
+        print(f"[{desc}] ignoring unreadable checkpoint {ck}: {exc}", file=sys.stderr)
+        return None
+    if not ok:
+        print(f"[{desc}] ignoring checkpoint {ck}: it belongs to other settings or runs", file=sys.stderr)
+        return None
+    return st
+
+
+def _train_group(specs: list[RunSpec], cfg: TrainConfig, ck: Path | None, progress: bool, desc: str,
+                 stop_requested: Callable[[], int | None] = lambda: None):
     dev = resolve_device(cfg.device)
     dtype = getattr(torch, cfg.dtype)
     conv = cfg.convention
@@ -344,7 +408,8 @@ def _train_group(specs: list[RunSpec], cfg: TrainConfig, ck: Path | None, progre
     by_key = {s.key: s for s in specs}
     log_pts = [int(x) for x in log_iterations(cfg.max_iters, cfg.n_log)]
     sync_every = cfg.sync_every or (1 if dev.type == "cpu" else 64)
-    fingerprint = cfg.fingerprint() + ":" + ",".join(sorted(by_key))
+    fingerprint = cfg.fingerprint()
+    run_fps = {s.key: _spec_fingerprint(s) for s in specs}
 
     histories: dict[str, list[dict[str, Any]]] = {k: [] for k in by_key}
     finished_keys: list[str] = []
@@ -353,20 +418,20 @@ def _train_group(specs: list[RunSpec], cfg: TrainConfig, ck: Path | None, progre
     b: _Batch | None = None
     finished_payloads: dict[str, dict[str, Any]] = {}
     resumed = False
-    if ck is not None and ck.exists():
-        with open(ck, "rb") as fh:
-            st = pickle.load(fh)
-        if st.get("fingerprint") == fingerprint:
-            b = _Batch.from_state(st["batch"], dev)
-            histories = st["histories"]
-            li = st["log_index"]
-            elapsed_before = st["elapsed"]
-            finished_payloads = st["finished"]
-            resumed = True
-            for key, payload in finished_payloads.items():
-                finished_keys.append(key)
+    st = _load_checkpoint(ck, fingerprint, run_fps, desc) if ck is not None and ck.exists() else None
+    if st is not None:
+        b = _Batch.from_state(st["batch"], dev)
+        histories = st["histories"]
+        li = st["log_index"]
+        elapsed_before = st["elapsed"]
+        finished_payloads = st["finished"]
+        run_fps = st["runs"]  # keep the original set so that later reruns still match
+        resumed = True
+        print(f"[{desc}] resumed from checkpoint {ck} at iteration {log_pts[li]:,}", file=sys.stderr)
+        for key, payload in finished_payloads.items():
+            finished_keys.append(key)
+            if key in by_key:  # finished before the kill but its files may be missing
                 yield RunResult(spec=by_key[key], **payload)
-            print(f"[{desc}] resumed from checkpoint {ck} at iteration {log_pts[li]:,}", file=sys.stderr)
     if b is None:
         b = _Batch(specs, cfg, dev, dtype)
     t0 = time.monotonic() - elapsed_before
@@ -401,7 +466,7 @@ def _train_group(specs: list[RunSpec], cfg: TrainConfig, ck: Path | None, progre
 
     # record the state at the current logging point
     t = log_pts[li]
-    if li == 0:
+    if li == 0 and not resumed:  # a checkpoint at li=0 already holds this row
         for i, row in enumerate(_to_rows(measure(b, kappa))):
             row["iteration"] = 0
             histories[b.keys[i]].append(row)
@@ -443,17 +508,24 @@ def _train_group(specs: list[RunSpec], cfg: TrainConfig, ck: Path | None, progre
         if done_idx:
             finish(done_idx, done_rows, done_its, done_reasons)
             for key in [b.keys[i] for i in done_idx]:
-                yield RunResult(spec=by_key[key], **finished_payloads[key])
+                if key in by_key:  # else: resumed along with a checkpoint, already written
+                    yield RunResult(spec=by_key[key], **finished_payloads[key])
             keep = torch.tensor([i for i in range(R) if i not in set(done_idx)], dtype=torch.long, device=b.W.device)
             b.keep(keep)
         bar.update(t, len(b.keys), len(finished_keys))
         if not b.keys:
             break
         b.W_prev = b.W.clone()
-        # -- checkpoint ------------------------------------------------------------------
-        if ck is not None and time.monotonic() - last_ck >= cfg.checkpoint_every_s:
-            _write_checkpoint(ck, fingerprint, b, histories, li, time.monotonic() - t0, finished_payloads)
+        # -- checkpoint (also on SIGTERM, then stop) ----------------------------------------
+        signum = stop_requested()
+        if ck is not None and (signum is not None or time.monotonic() - last_ck >= cfg.checkpoint_every_s):
+            _write_checkpoint(ck, fingerprint, run_fps, b, histories, li, time.monotonic() - t0, finished_payloads)
             last_ck = time.monotonic()
+        if signum is not None:
+            bar.close()
+            print(f"[{desc}] signal {signum} received: checkpoint written at iteration {t:,} to {ck}; "
+                  "rerun the same command to resume", file=sys.stderr, flush=True)
+            raise TrainingInterrupted(128 + signum)
         li, t = _train_chunk(b, li, log_pts, kappa, lr, target, sync_every)
     bar.close()
     if ck is not None and ck.exists():
@@ -472,17 +544,22 @@ def _train_chunk(b: _Batch, li: int, log_pts: list[int], kappa: float, lr: float
     return li + 1, t_next
 
 
-def _write_checkpoint(ck: Path, fingerprint: str, b: _Batch, histories, li: int, elapsed: float, finished) -> None:
-    state = {"fingerprint": fingerprint, "batch": b.state(), "histories": histories, "log_index": li,
-             "elapsed": elapsed, "finished": finished}
+def _write_checkpoint(ck: Path, fingerprint: str, run_fps: dict[str, str], b: _Batch, histories, li: int,
+                      elapsed: float, finished) -> None:
+    """Save the batch at logging point ``li`` (after its stop decisions) atomically: temp file,
+    fsync, rename, so a kill at any moment leaves either the previous or the new checkpoint."""
+    state = {"format": CHECKPOINT_FORMAT, "fingerprint": fingerprint, "runs": run_fps, "batch": b.state(),
+             "histories": histories, "log_index": li, "elapsed": elapsed, "finished": finished}
     with _atomic_path(ck, ".pkl") as tmp:
         with open(tmp, "wb") as fh:
             pickle.dump(state, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            fh.flush()
+            os.fsync(fh.fileno())
 
 
 def lambda_from_exp(exp: int, base: float = 4.0) -> float:
     return float(base) ** int(exp)
 
 
-__all__ = ["TrainConfig", "RunSpec", "RunResult", "train", "resolve_device", "lambda_from_exp", "measure", "gd_step",
+__all__ = ["TrainConfig", "RunSpec", "RunResult", "TrainingInterrupted", "train", "resolve_device", "lambda_from_exp", "measure", "gd_step",
            "HISTORY_SCALARS", "math"]

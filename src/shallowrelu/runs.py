@@ -9,6 +9,7 @@ killed job resume.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -27,15 +28,28 @@ def run_key(scheme: str, d: int, m: int, seed: int, lambda_exp: int) -> str:
     return f"{scheme}/d{d}/m{m}/seed{seed}/lam{lambda_exp}"
 
 
-def summary_is_current(path: Path, cfg: TrainConfig) -> bool:
-    """True when ``path`` is a complete summary written with the same training settings."""
+def summary_is_current(path: Path, cfg: TrainConfig, run: dict | None = None) -> bool:
+    """True when ``path`` is a complete summary written with the same training settings (and,
+    if ``run`` is given, the same values of its keys in the summary's ``run`` block, e.g. ρ)."""
     if not path.exists() or not path.with_suffix(".npz").exists():
         return False
     try:
         summ = read_json(path)
     except (OSError, ValueError):
         return False
+    if run is not None and any(summ.get("run", {}).get(k) != v for k, v in run.items()):
+        return False
     return summ.get("config_fingerprint") == cfg.fingerprint() and summ.get("complete") is True
+
+
+def checkpoint_path(root: str | Path, scheme: str, d: int, m: int, seeds: Sequence[int],
+                    lambda_exps: Sequence[int]) -> Path:
+    """The batch checkpoint of one job, named by its full set of runs (seeds × λ exponents), so
+    that a rerun finds it even when some runs finished before the kill and are skipped."""
+    runs = sorted(run_key(scheme, d, m, s, e) for s in seeds for e in lambda_exps)
+    tag = hashlib.sha256("\n".join(runs).encode()).hexdigest()[:10]
+    return (trial_dir(root, scheme, d, m, min(seeds)).parent
+            / f".checkpoint-seeds{'-'.join(map(str, seeds))}-{tag}.pkl")
 
 
 def write_run(root: Path, res: RunResult, cfg: TrainConfig, trial_file: Path) -> Path:
@@ -65,6 +79,17 @@ def write_run(root: Path, res: RunResult, cfg: TrainConfig, trial_file: Path) ->
     return stem
 
 
+def _trial_file_matches(path: Path, tr: Trial) -> bool:
+    """True when ``path`` holds exactly this trial (so it is left untouched)."""
+    if not path.exists():
+        return False
+    try:
+        old = Trial.load(path)
+    except Exception:
+        return False
+    return old.rho == tr.rho and np.array_equal(old.X, tr.X) and np.array_equal(old.z, tr.z)
+
+
 def train_trials(
     root: str | Path,
     scheme: str,
@@ -90,17 +115,18 @@ def train_trials(
     for seed, tr in trials.items():
         tdir = trial_dir(root, scheme, d, m, seed)
         tfile = tdir / "trial.npz"
-        if not tfile.exists() or force:
+        if force or not _trial_file_matches(tfile, tr):
             tr.save(tfile)
         for e, lam in zip(lambda_exps, lambdas):
             stem = run_stem(root, scheme, d, m, seed, e)
             stems.append(stem)
-            if not force and summary_is_current(stem.with_suffix(".json"), cfg):
+            if not force and summary_is_current(stem.with_suffix(".json"), cfg, {"rho": tr.rho, "n": tr.n}):
                 continue
             specs.append(RunSpec(tr, lam, run_key(scheme, d, m, seed, e), lambda_exp=int(e)))
+    ck = checkpoint_path(root, scheme, d, m, seeds, lambda_exps)
     if not specs:
+        ck.unlink(missing_ok=True)  # left over if a job was killed after its last run was written
         return stems
-    ck = trial_dir(root, scheme, d, m, min(seeds)).parent / f".checkpoint-seeds{'-'.join(map(str, seeds))}.pkl"
     start = time.monotonic()
 
     def on_result(res: RunResult) -> None:
