@@ -1,4 +1,5 @@
-# Shared definitions: output locations, the run registry, resource formulas, DEFAULT_TARGETS.
+# Shared definitions: output locations, the run registry, resource formulas, DEFAULT_TARGETS,
+# and the helper functions of every rules file (snakemake --lint wants them here).
 #
 # Every experiment family (a workflow/rules/*.smk file) asks for the runs it needs with
 # request_runs(...) at parse time and gets back the exact run files to use as inputs;
@@ -9,16 +10,26 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(workflow.basedir, "src")))
-from shallowrelu.io import lambda_tag, run_stem  # noqa: E402  (one place for the file layout)
+REPO = str(Path(workflow.basedir).resolve())
+SRC = f"{REPO}/src"  # put on PYTHONPATH by every rule, so conda envs need no package install
+sys.path.insert(0, SRC)
+from shallowrelu.aggregate import PAPER_TABLES  # noqa: E402
+from shallowrelu.io import run_stem  # noqa: E402  (the one place for the file layout)
+from shallowrelu.plotting import angle_figure_spec, curve_figure_spec  # noqa: E402
 
+# Outputs (relative to the working directory) and repository files (absolute, so that
+# `snakemake --directory DIR` works from anywhere).
 RESULTS = config["results_dir"].rstrip("/")
 RUNS = f"{RESULTS}/runs"
 TABLES = f"{RESULTS}/tables"
 FIGURES = f"{RESULTS}/figures"
 NOTEBOOKS = f"{RESULTS}/notebooks"
 LOGS = f"{RESULTS}/logs"
+REFERENCE = f"{REPO}/data/reference_tables.csv"
+NOTEBOOK_SRC = f"{REPO}/notebooks"
 TRAIN = config["train"]
+GRID = config["grid"]
+CURVES = config["loss_curves"]
 
 # Files that `rule all` (the default target) builds; families extend this list.
 DEFAULT_TARGETS = []
@@ -27,11 +38,15 @@ DEFAULT_TARGETS = []
 TRIALS = {}
 
 
+# --- runs and training jobs -------------------------------------------------------------
+
+
 def request_runs(scheme, d, m, seeds, lambda_exps, root=None, rho=None, suffixes=(".json", ".npz")):
     """Register the runs scheme × d × m × seeds × λ = 4^e and return their file paths.
 
     The paths follow shallowrelu.io.run_stem (ROOT/{scheme}/d{d}/m{m}/seed{seed}/lam{tag}).
     Runs with a non-default ``rho`` must use their own ``root`` (rho is not part of the path).
+    Call at parse time (module level of a rules file), not from an input function.
     """
     root = RUNS if root is None else str(root).rstrip("/")
     if isinstance(seeds, int):
@@ -45,41 +60,43 @@ def request_runs(scheme, d, m, seeds, lambda_exps, root=None, rho=None, suffixes
                              "runs with different rho need different roots")
         TRIALS.setdefault(key, set()).update(int(e) for e in lambda_exps)
         for e in lambda_exps:
-            stem = str(run_stem(root, scheme, d, m, seed, e))
-            paths.extend(stem + s for s in suffixes)
+            stem = run_stem(root, scheme, d, m, seed, e)
+            paths.extend(f"{stem}{s}" for s in suffixes)
     return paths
 
 
 def trial_outputs(key):
     """All files the training job of one registered trial writes (trial.npz, per-run .json/.npz)."""
     root, scheme, d, m, seed, _rho = key
-    stems = [str(run_stem(root, scheme, d, m, seed, e)) for e in sorted(TRIALS[key], reverse=True)]
-    trial_file = str(Path(stems[0]).parent / "trial.npz")
-    return [trial_file] + [s + x for s in stems for x in (".json", ".npz")]
+    stems = [run_stem(root, scheme, d, m, seed, e) for e in sorted(TRIALS[key], reverse=True)]
+    return [str(stems[0].parent / "trial.npz")] + [f"{s}{x}" for s in stems for x in (".json", ".npz")]
 
 
 def trial_name(key):
     """Rule name of a trial's training job, e.g. train_centred_d16_m200_seed0."""
     root, scheme, d, m, seed, _rho = key
-    prefix = "" if root == RUNS else "_" + Path(root).name
+    prefix = "" if root == RUNS else f"_{Path(root).name}"
     slug = f"train{prefix}_{scheme}_d{d}_m{m}_seed{seed}"
     return "".join(c if c.isalnum() or c == "_" else "_" for c in slug)
 
 
-def trial_units(d, m, n_runs, max_iters, n=None):
-    """Arithmetic size of a trial job: runs × iterations × n × m × d (n = d points by default)."""
-    n = d if n is None else n
-    return n_runs * max_iters * n * m * d
+def runs_root_of(output):
+    """The runs root of a training job, from its first output ROOT/scheme/dD/mM/seedS/trial.npz."""
+    return str(Path(output[0]).parents[4])
 
 
-def trial_runtime_minutes(d, m, n_runs, max_iters):
-    """Runtime estimate of a training job (minutes): size × measured seconds per unit × safety.
+def trial_runtime_minutes(d, m, n_runs, max_iters, n=None):
+    """Runtime estimate of a training job (minutes), an upper bound (converged runs stop early):
 
-    An upper bound: runs that reach the loss target stop early. seconds_per_unit is measured on
-    one CPU core (docs/workflow.md); override train.resources.seconds_per_unit for your machine.
+        seconds = max_iters × (s_per_iter + s_per_unit × n_runs × n × m × d) × runtime_safety
+
+    (n = d data points). s_per_iter is the per-iteration overhead of the batched step,
+    s_per_unit the cost per multiply-add; both measured on one CPU core (docs/workflow.md).
     """
     res = TRAIN["resources"]
-    sec = trial_units(d, m, n_runs, max_iters) * res["seconds_per_unit"] * res["runtime_safety"]
+    n = d if n is None else n
+    per_iter = res["seconds_per_iteration"] + res["seconds_per_unit"] * n_runs * n * m * d
+    sec = max_iters * per_iter * res["runtime_safety"]
     return max(res["runtime_min_minutes"], math.ceil(sec / 60))
 
 
@@ -90,14 +107,72 @@ def trial_mem_mb(d, m, n_runs):
     return int(res["mem_mb_base"] + math.ceil(res["mem_safety"] * arrays))
 
 
-def uses_gpu():
-    return str(TRAIN["device"]).startswith("cuda")
-
-
-def analysis_log(name):
-    return f"{LOGS}/{name}.log"
+def trial_resources(d, m, n_runs):
+    """Resources of a training job: mem_mb, runtime, and slurm_partition / gpu where configured."""
+    res = {"mem_mb": trial_mem_mb(d, m, n_runs), "runtime": trial_runtime_minutes(d, m, n_runs, TRAIN["max_iters"])}
+    if TRAIN["resources"]["slurm_partition"]:
+        res["slurm_partition"] = TRAIN["resources"]["slurm_partition"]
+    if str(TRAIN["device"]).startswith("cuda"):
+        res["gpu"] = 1
+    return res
 
 
 def as_json(obj):
-    """Compact JSON for papermill -y (valid YAML, no single quotes)."""
-    return json.dumps(obj, separators=(",", ":"))
+    """Compact JSON for shell arguments in single quotes (papermill -y, aggregate)."""
+    text = json.dumps(obj, separators=(",", ":"))
+    if "'" in text:
+        raise ValueError(f"cannot pass a value with a single quote through the shell: {text[:80]}")
+    return text
+
+
+# --- figures (figures.smk) ----------------------------------------------------------------
+
+
+def angle_fig_runs(fig):
+    """Register and return the run summaries Fig 1 (centred row of Fig 7), 7 or 8 plots."""
+    s = angle_figure_spec(config, fig)
+    return [p for sc in s["schemes"] for d in s["dims"] for m in s["widths"]
+            for p in request_runs(sc, d, m, s["seeds"], s["lambda_exps"], suffixes=(".json",))]
+
+
+def curve_fig_runs(fig):
+    """Register and return the run files (.json, .npz) Fig 2 or 9 plots."""
+    c = curve_figure_spec(config, fig)
+    return request_runs(c["scheme"], c["d"], c["m"], [c["seed"]], c["lambda_exps"])
+
+
+def figure_files(fig):
+    return [f"{FIGURES}/{fig}.pdf", f"{FIGURES}/{fig}.png", f"{FIGURES}/{fig}.axes.json"]
+
+
+def notebook_params(spec, output):
+    """papermill -y parameters: the figure's selection plus where to read and write."""
+    return as_json(dict(spec, runs_dir=RUNS, reference=REFERENCE, out_stem=str(Path(output.pdf).with_suffix(""))))
+
+
+# --- tables (aggregate.smk) ---------------------------------------------------------------
+
+
+def main_store_trials():
+    """Registered trials of the main run store as aggregate --trials specs (call at DAG time)."""
+    return [dict(root=k[0], scheme=k[1], d=k[2], m=k[3], seed=k[4], lambda_exps=sorted(v, reverse=True))
+            for k, v in sorted(TRIALS.items(), key=lambda kv: kv[0][:5]) if k[0] == RUNS]
+
+
+def main_store_runs(wildcards):
+    return [f"{run_stem(t['root'], t['scheme'], t['d'], t['m'], t['seed'], e)}.json"
+            for t in main_store_trials() for e in t["lambda_exps"]]
+
+
+def table_figures():
+    """Fig 7 / Fig 8 grids whose paper tables (1-6 / 7-12) are written as LaTeX."""
+    if not GRID["enabled"]:
+        return {}
+    return {f: dict(GRID[f], lambda_exps=GRID["lambda_exps"]) for f in ("fig7", "fig8")}
+
+
+def table_files():
+    figs = table_figures()
+    numbers = sorted({n for (fig, _metric, scheme), n in PAPER_TABLES.items()
+                      if f"fig{fig}" in figs and scheme in figs[f"fig{fig}"]["schemes"]})
+    return [f"{TABLES}/table{n}.tex" for n in numbers]

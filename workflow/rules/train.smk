@@ -1,16 +1,11 @@
-# One training job per trial (scheme, d, m, seed): all its λ values train as one batch.
-# Included last by the Snakefile so every family has registered its runs (request_runs).
+# One training job per trial (scheme, d, m, seed): all its λ values train as one batch and
+# the job writes every run's .json/.npz (docs/workflow.md says why a job is a trial).
+# Included last by the Snakefile, after every family has registered its runs (request_runs).
 
 
-for _key in sorted(TRIALS, key=lambda k: (k[0], k[1], k[2], k[3], k[4])):
+for _key in sorted(TRIALS, key=lambda k: k[:5]):
     _root, _scheme, _d, _m, _seed, _rho = _key
     _exps = sorted(TRIALS[_key], reverse=True)
-    _res = {"mem_mb": trial_mem_mb(_d, _m, len(_exps)),
-            "runtime": trial_runtime_minutes(_d, _m, len(_exps), TRAIN["max_iters"])}
-    if TRAIN["resources"]["slurm_partition"]:
-        _res["slurm_partition"] = TRAIN["resources"]["slurm_partition"]
-    if uses_gpu():
-        _res["gpu"] = 1
 
     rule:
         name:
@@ -20,12 +15,13 @@ for _key in sorted(TRIALS, key=lambda k: (k[0], k[1], k[2], k[3], k[4])):
         log:
             f"{LOGS}/train/{trial_name(_key)}.log",
         params:
+            src=SRC,
+            root=lambda wc, output: runs_root_of(output),
             scheme=_scheme,
             d=_d,
             m=_m,
             seed=_seed,
             exps=" ".join(str(e) for e in _exps),
-            root=_root,
             rho="" if _rho is None else f"--rho {_rho!r}",
             max_iters=TRAIN["max_iters"],
             n_log=TRAIN["n_log"],
@@ -36,13 +32,14 @@ for _key in sorted(TRIALS, key=lambda k: (k[0], k[1], k[2], k[3], k[4])):
             checkpoint=TRAIN["checkpoint_every_s"],
         threads: TRAIN["threads"]
         resources:
-            **_res,
+            **trial_resources(_d, _m, len(_exps)),
         group:
             TRAIN["group"]
         conda:
             "../../envs/train.yaml"
         shell:
-            "python -m shallowrelu train --scheme {params.scheme} --d {params.d} --m {params.m}"
+            "export PYTHONPATH={params.src}${{PYTHONPATH:+:$PYTHONPATH}};"
+            " python -m shallowrelu train --scheme {params.scheme} --d {params.d} --m {params.m}"
             " --seeds {params.seed} --lambda-exps {params.exps} --out {params.root}"
             " --max-iters {params.max_iters} --n-log {params.n_log}"
             " --loss-convention {params.convention} --active-rule {params.active_rule}"
