@@ -5,16 +5,24 @@
 #   snakemake --cores 2 fig7                             one figure (also fig1 fig2 fig8 fig9 tables)
 #
 # Layout and conventions: docs/workflow.md.
+import sys
 from pathlib import Path
 
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
+sys.path.insert(0, str(Path(workflow.basedir, "src")))
+from shallowrelu.workflow_config import check_unknown_keys, coerce_cli_strings, load_schema
 
 
 configfile: "config/config.yaml"
 
 
+# Nested --config values arrive as strings: parse them where the schema wants numbers etc.;
+# name unknown keys with the allowed ones; then validate (and fill in defaults).
+_schema = load_schema(Path(workflow.basedir, "workflow", "schemas", "config.schema.yaml"))
+coerce_cli_strings(config, _schema)
+check_unknown_keys(config, _schema)
 validate(config, "workflow/schemas/config.schema.yaml")
 
 
