@@ -62,3 +62,85 @@ def test_engine_matches_reference(scheme, lam_exp):
     np.testing.assert_allclose(res.W, ref.W, rtol=1e-10, atol=1e-13 * np.abs(ref.W).max())
     np.testing.assert_allclose(res.a, ref.a, rtol=1e-10, atol=1e-13 * np.abs(ref.a).max())
     np.testing.assert_allclose(res.history["loss"], ref.log_loss, rtol=1e-9)
+
+
+def test_batched_gradients_match_closed_form():
+    from shallowrelu.model import batched_loss_and_gradients
+
+    W, a, X, y = _random_case(7)
+    loss, gW, ga = batched_loss_and_gradients(W[None], a[None], X[None], y[None], 2.0)
+    gW1, ga1 = gradients(W, a, X, y, 2.0)
+    torch.testing.assert_close(gW[0], gW1, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(ga[0], ga1, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(loss[0], objective(W, a, X, y, 2.0), rtol=1e-13, atol=0)
+
+
+def test_batched_equals_alone():
+    """A run trained inside a batch (other trials, other λ, runs finishing earlier) gives the
+    same result as the same run trained alone, bit for bit on the CPU."""
+    trials = [make_trial("centred", 4, 30, s) for s in range(3)]
+    specs = [RunSpec(tr, 4.0**e, f"{i}/{e}", e) for i, tr in enumerate(trials) for e in (1, -2, -5)]
+    cfg = TrainConfig(max_iters=4000, n_log=60)
+    together = train(specs, cfg, progress=False)
+    assert len({r.iterations for r in together}) > 1  # runs leave the batch at different times
+    for spec, res in zip(specs, together):
+        alone = train([RunSpec(spec.trial, spec.lam, "alone", spec.lambda_exp)], cfg, progress=False)[0]
+        assert alone.iterations == res.iterations and alone.stop_reason == res.stop_reason
+        np.testing.assert_array_equal(alone.W, res.W)
+        np.testing.assert_array_equal(alone.a, res.a)
+        np.testing.assert_array_equal(alone.history["loss"], res.history["loss"])
+
+
+def test_determinism_same_seed_bit_identical():
+    cfg = TrainConfig(max_iters=500, n_log=20)
+    r1 = train([RunSpec(make_trial("uncentred", 8, 40, 5), 4.0**-3, "x")], cfg, progress=False)[0]
+    r2 = train([RunSpec(make_trial("uncentred", 8, 40, 5), 4.0**-3, "x")], cfg, progress=False)[0]
+    np.testing.assert_array_equal(r1.W, r2.W)
+    for k in r1.history:
+        np.testing.assert_array_equal(r1.history[k], r2.history[k])
+
+
+def test_balancedness_drift_is_second_order_in_lr():
+    """Gradient flow conserves a_j² − ‖w_j‖²; one GD step changes it by O(lr²)."""
+    from shallowrelu.model import batched_loss_and_gradients
+
+    trial = make_trial("centred", 6, 25, 1)
+    W0, a0 = (torch.as_tensor(v)[None] for v in trial.init(0.5))
+    X, y = torch.as_tensor(trial.X)[None], torch.as_tensor(trial.y)[None]
+    _, gW, ga = batched_loss_and_gradients(W0, a0, X, y, 2.0)
+    drifts = []
+    for lr in (1e-2, 1e-3):
+        W, a = W0 - lr * gW, a0 - lr * ga
+        drifts.append(float((a * a - (W * W).sum(-1)).abs().max()))
+    assert drifts[0] / drifts[1] == pytest.approx(100.0, rel=0.05)
+    assert float((a0 * a0 - (W0 * W0).sum(-1)).abs().max()) < 1e-15
+
+
+def test_loss_decreases_on_small_case():
+    res = train([RunSpec(make_trial("centred", 4, 50, 0), 4.0**-3, "x")], TrainConfig(max_iters=3000, n_log=30),
+                progress=False)[0]
+    loss = res.history["loss"]
+    assert loss[-1] < 1e-3 * loss[0]
+    assert res.final["theta_sq"] == pytest.approx(2.0 * res.final["w_sq"], rel=1e-3)
+
+
+def test_stop_reasons_and_cap():
+    trial = make_trial("centred", 4, 20, 2)
+    capped = train([RunSpec(trial, 4.0**-6, "x")], TrainConfig(max_iters=50, n_log=10), progress=False)[0]
+    assert capped.stop_reason == "max_iters" and capped.iterations == 50
+    assert capped.history["iteration"][-1] == 50
+    done = train([RunSpec(trial, 4.0**-1, "x")], TrainConfig(max_iters=200_000, n_log=100), progress=False)[0]
+    assert done.stop_reason in ("loss_target", "frozen")
+    if done.stop_reason == "loss_target":
+        assert done.final["loss"] < 1e-9
+
+
+def test_paper_convention_halves_the_step():
+    """'paper' is GD on L with lr 0.01; 'authors' is GD on 2L with lr 0.01 (SPEC §1)."""
+    trial = make_trial("uncentred", 4, 20, 0)
+    spec = RunSpec(trial, 4.0**-2, "x")
+    auth = train([spec], TrainConfig(max_iters=40, n_log=5), progress=False)[0]
+    pap = train([spec], TrainConfig(max_iters=40, n_log=5, loss_convention="paper", lr=0.02, loss_target=5e-10),
+                progress=False)[0]
+    np.testing.assert_allclose(pap.W, auth.W, rtol=1e-12)
+    np.testing.assert_allclose(pap.history["loss"] * 2, auth.history["loss"], rtol=1e-12)

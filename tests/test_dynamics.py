@@ -1,0 +1,184 @@
+"""Detectors of the dynamics figures on synthetic curves with known answers, and tiny runs of
+the Example 31 and two-teacher pipelines (App. E, App. I)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from shallowrelu import dynamics as dy
+from shallowrelu.datasets import DEFAULT_RHO, make_trial
+from shallowrelu.engine import TrainConfig
+from shallowrelu.metrics import init_groups
+from shallowrelu.model import log_iterations
+
+ITERS = log_iterations(10**6, 600).astype(float)
+
+
+# --- alignment ------------------------------------------------------------------------------
+
+def test_alignment_iteration_first_point_of_staying_below():
+    it = np.arange(10.0)
+    ang = np.array([90, 50, 0.5, 2.0, 0.9, 0.5, 0.1, 0.05, 0.01, 0.01])
+    assert dy.alignment_iteration(it, ang, 1.0) == 4  # dips below at 2 but comes back above
+    assert dy.alignment_iteration(it, ang, 3.0) == 2
+    assert dy.alignment_iteration(it, ang, 0.001) is None
+    assert dy.alignment_iteration(it, np.full(10, 0.1), 1.0) == 0
+
+
+def test_alignment_iteration_nan_and_bad_input():
+    it = np.arange(4.0)
+    assert dy.alignment_iteration(it, [np.nan] * 4) is None  # a group with < 2 neurons
+    assert dy.alignment_iteration(it, [5, 0.1, np.nan, 0.1]) == 3
+    with pytest.raises(ValueError, match="threshold"):
+        dy.alignment_iteration(it, [1, 1, 1, 1], threshold_deg=-1)
+    with pytest.raises(ValueError, match="one value per logged iteration"):
+        dy.alignment_iteration(it, [1, 1])
+    with pytest.raises(ValueError, match="increasing"):
+        dy.alignment_iteration([0, 2, 1, 3], [1, 1, 1, 1])
+
+
+# --- loss drops -----------------------------------------------------------------------------
+
+def _two_saddle_loss(t):
+    """Plateau 3 → drop around t = 300 to plateau 0.4 → drop around t = 3e4 to a power-law tail."""
+    t = np.maximum(t, 1.0)
+    s1 = 1 / (1 + (t / 300.0) ** -12)
+    s2 = 1 / (1 + (t / 3e4) ** -12)
+    log_l = np.log10(3.0) * (1 - s1) + np.log10(0.4) * s1 * (1 - s2) + s2 * (-3 - 0.8 * np.log10(t / 3e4))
+    return 10**log_l
+
+
+def test_two_saddle_drops_found_at_the_right_places():
+    loss = _two_saddle_loss(ITERS)
+    drops = dy.saddle_drops(ITERS, loss)
+    assert len(drops) == 2
+    assert 250 <= drops[0].mid <= 360 and 2.5e4 <= drops[1].mid <= 3.6e4
+    assert drops[0].loss_start > 2 and 0.4 < drops[0].loss_end < 0.7  # the steep middle of 3 → 0.4
+    assert drops[0].decades > 0.5 * math.log10(3 / 0.4)
+    plats = dy.detect_plateaus(ITERS, loss)
+    assert plats[0].end <= drops[0].start and drops[0].end <= plats[1].start <= plats[1].end <= drops[1].start
+    # the power-law tail (slope -0.8) is neither a drop nor a plateau
+    assert all(p.end <= 3e4 for p in plats)
+    assert all(d.start < 1e5 for d in dy.detect_loss_drops(ITERS, loss))
+
+
+def test_descent_without_plateau_is_not_a_saddle_drop():
+    loss = 1.0 / (1 + ITERS) ** 4  # steep everywhere after t ~ 1: a drop, but no plateau before it
+    drops = dy.detect_loss_drops(ITERS, loss)
+    assert len(drops) == 1 and not drops[0].after_plateau
+    assert dy.saddle_drops(ITERS, loss) == []
+    assert dy.detect_loss_drops(ITERS, np.ones_like(ITERS)) == []
+    with pytest.raises(ValueError):
+        dy.detect_loss_drops(ITERS, loss, min_slope=0)
+
+
+# --- zero crossings -------------------------------------------------------------------------
+
+def test_zero_crossings_linear_interpolation_and_exact_zero():
+    it = np.array([0.0, 10, 20, 30, 40])
+    np.testing.assert_allclose(dy.zero_crossings(it, [4.0, 2.0, -2.0, -1.0, 3.0]), [15.0, 32.5])
+    assert dy.zero_crossings(it, [1.0, 0.0, 1.0, 1.0, 1.0]).size == 0  # touching zero is no crossing
+    np.testing.assert_allclose(dy.zero_crossings(it, [1.0, 0.0, -1.0, -1.0, -1.0]), [10.0])  # leaves zero downwards
+
+
+def _linear_coords(times, it=ITERS, signs=None):
+    """e_k(t) = c_k (1 − t/T_k): coordinate k crosses zero exactly at T_k."""
+    signs = np.ones(len(times)) if signs is None else np.asarray(signs)
+    return np.stack([s * (1 - it / T) for s, T in zip(signs, times)], axis=1)
+
+
+def test_crossing_order_decreasing_with_uncrossed_suffix():
+    times = [150.0, 2e3, 3.3e4, 5e5, 1e8]  # the last never crosses within 1e6
+    ev = [4.0, 3.0, 2.0, 1.0, 0.1]
+    rep = dy.crossing_order(ITERS, _linear_coords(times, signs=[1, -1, 1, -1, 1]), ev)
+    np.testing.assert_allclose(rep.first_crossing[:4], times[:4], rtol=1e-9)
+    assert rep.order == [0, 1, 2, 3] and rep.uncrossed == [4] and rep.decreasing
+    assert rep.n_crossings == [1, 1, 1, 1, 0] and rep.inversions == [] and rep.ties == []
+    lo, hi = rep.first_crossing_interval[2]
+    assert lo <= 3.3e4 <= hi
+    assert "YES" in rep.summary()
+
+
+def test_crossing_order_detects_inversion_and_gap():
+    ev = [3.0, 2.0, 1.0]
+    rep = dy.crossing_order(ITERS, _linear_coords([100.0, 5e4, 2e3]), ev)
+    assert not rep.decreasing and rep.inversions == [(1, 2)] and rep.order == [0, 2, 1]
+    assert "NO" in rep.summary()
+    rep = dy.crossing_order(ITERS, _linear_coords([100.0, 1e9, 2e3]), ev)  # a larger η never crosses
+    assert not rep.decreasing and rep.uncrossed == [1]
+    with pytest.raises(ValueError, match="decreasing"):
+        dy.crossing_order(ITERS, _linear_coords([1.0, 2.0, 3.0]), [1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="shape"):
+        dy.crossing_order(ITERS, _linear_coords([1.0, 2.0]), ev)
+
+
+def test_arsinh_scale():
+    np.testing.assert_allclose(dy.arsinh_scale([0.0, 1e-5, -1e-5]), [0.0, math.asinh(1), -math.asinh(1)])
+    with pytest.raises(ValueError):
+        dy.arsinh_scale([1.0], unit=0)
+
+
+# --- ρ grid ---------------------------------------------------------------------------------
+
+def test_two_teacher_rhos_start_at_own_and_dedupe():
+    own_u = DEFAULT_RHO["two-teacher-uncentred"]
+    assert dy.two_teacher_rhos("two-teacher-uncentred", ["own", 0.2, 1, 2]) == [own_u, 1.0, 2.0]
+    assert dy.two_teacher_rhos("two-teacher-centred", ["own", 0.5, 1, 2.0, 4]) == [1.0, 2.0, 4.0]
+    assert dy.two_teacher_rhos("two-teacher-uncentred", [0.41421356237309515]) == [own_u]
+    assert dy.rho_tag(own_u) == "0.414214" and dy.rho_tag(2.0) == "2"
+    with pytest.raises(ValueError, match="own"):
+        dy.two_teacher_rhos("two-teacher-centred", ["mine"])
+    with pytest.raises(ValueError, match="scheme"):
+        dy.two_teacher_rhos("two-teachers", [1])
+    with pytest.raises(ValueError, match="rho"):
+        dy.rho_tag(-1.0)
+
+
+# --- tiny runs through the engine -----------------------------------------------------------
+
+CFG = TrainConfig(max_iters=4000, n_log=60, device="cpu")
+
+
+def test_example31_pipeline_tiny(tmp_path):
+    stem = dy.train_example31(tmp_path, CFG, seed=1, progress=False, d=4, m=12, lambda_exp=-4)
+    summary, hist = dy.load_run(stem)
+    assert summary["run"]["scheme"] == "uncentred" and summary["run"]["lambda_exp"] == -4
+    trial = make_trial("uncentred", 4, 12, 1)
+    ev, U = dy.eigenbasis(trial.X)
+    assert np.all(np.diff(ev) <= 0)
+    # the engine's eig_coords are the coordinates of v* − v^t in this basis (v^t over J+ at init)
+    with np.load(stem.with_suffix(".npz")) as z:
+        W, a = z["W_final"], z["a_final"]
+    pos, _ = init_groups(torch.tensor(trial.z)[None], torch.tensor(trial.s)[None], torch.tensor(trial.X)[None])
+    v = (a * pos[0].numpy()) @ W
+    np.testing.assert_allclose(hist["eig_coords"][-1], U.T @ (trial.teacher.primary - v), atol=1e-12)
+    W0, a0 = trial.init(4.0**-4)
+    v0 = (a0 * pos[0].numpy()) @ W0
+    np.testing.assert_allclose(hist["eig_coords"][0], U.T @ (trial.teacher.primary - v0), atol=1e-12)
+    rep = dy.crossing_order(hist["iteration"], hist["eig_coords"], ev)
+    assert len(rep.first_crossing) == 4
+    assert hist["loss"][-1] < 1e-2 * hist["loss"][0]
+
+
+def test_two_teacher_sweep_tiny(tmp_path):
+    seeds = [0, 1]
+    stems = dy.train_two_teacher(tmp_path, CFG, ["two-teacher-uncentred"], ["own", 2.0], seeds, progress=False,
+                                 d=4, m=12, lambda_exp=-4)
+    assert len(stems) == 4
+    assert stems[0] == dy.two_teacher_stem(tmp_path, "two-teacher-uncentred", DEFAULT_RHO["two-teacher-uncentred"], 0,
+                                           d=4, m=12, lambda_exp=-4)
+    assert "rho0.414214" in str(stems[0]) and "rho2" in str(stems[-1])
+    table = dy.two_teacher_table(tmp_path, ["two-teacher-uncentred"], ["own", 2.0], seeds, d=4, m=12, lambda_exp=-4)
+    assert len(table) == 4 and set(table["rho"].round(6)) == {0.414214, 2.0}
+    # the dataset of 2n points: ρ is really the one of the path
+    summary, hist = dy.load_run(stems[-1])
+    assert summary["run"]["rho"] == 2.0 and summary["run"]["n"] == 8
+    assert np.all(np.isfinite(hist["max_angle_neg_deg"])) or table["n_neg"].min() < 2
+    stats = dy.median_spread(table, "max_angle_pos_deg")
+    assert list(stats["n"]) == [2, 2]
+    with pytest.raises(FileNotFoundError, match="missing"):
+        dy.two_teacher_table(tmp_path, ["two-teacher-centred"], ["own"], seeds, d=4, m=12, lambda_exp=-4)

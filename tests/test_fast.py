@@ -1,0 +1,103 @@
+"""The fast stepping path (fast.py) against the single-run reference oracle (model.reference_train).
+
+Issue 6's requirement: on the same inputs, identical stop iterations and stop reasons and final
+parameters within 1e-10 relative (float64), across regimes: lazy (λ = 16), rich (λ = 4^-8),
+runs that hit the iteration cap, runs that freeze (all neurons dead), batches whose runs share
+a dataset and finish at different times, and dead neurons leaving the step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from shallowrelu.datasets import make_trial
+from shallowrelu.engine import RunSpec, TrainConfig, train
+from shallowrelu.fast import FastStepper, certainly_dead, dataset_groups
+from shallowrelu.model import get_convention, reference_train
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def _check(res, trial, lam, max_iters, n_log, conv="authors"):
+    W0, a0 = trial.init(lam)
+    ref = reference_train(trial.X, trial.y, W0, a0, get_convention(conv), max_iters, n_log=n_log)
+    assert (res.iterations, res.stop_reason) == (ref.iterations, ref.stop_reason), res.spec.key
+    np.testing.assert_allclose(res.W, ref.W, rtol=1e-10, atol=1e-13 * np.abs(ref.W).max())
+    np.testing.assert_allclose(res.a, ref.a, rtol=1e-10, atol=1e-13 * np.abs(ref.a).max())
+    np.testing.assert_allclose(res.history["loss"], ref.log_loss, rtol=1e-9, atol=1e-300)
+    return ref
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fast_batch_matches_reference_across_regimes(device):
+    """Two trials sharing the batch, lazy to rich λ: 'loss_target' and 'max_iters' stops."""
+    trials = [make_trial("centred", 4, 30, 1), make_trial("uncentred", 4, 30, 2)]
+    exps = [2, 0, -3, -8]
+    specs = [RunSpec(tr, 4.0**e, f"{tr.scheme}{e}") for tr in trials for e in exps]
+    cfg = TrainConfig(max_iters=4000, n_log=60, device=device, engine="fast")
+    results = train(specs, cfg, progress=False)
+    reasons = set()
+    for spec, res in zip(specs, results):
+        ref = _check(res, spec.trial, spec.lam, 4000, 60)
+        reasons.add(ref.stop_reason)
+    assert reasons == {"loss_target", "max_iters"}  # both kinds of stop are exercised
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fast_frozen_stop_matches_reference(device):
+    """All output weights negative: every neuron dies and the weights freeze; same iteration."""
+    tr = make_trial("centred", 4, 12, 5)
+    tr_neg = dataclasses.replace(tr, s=-np.abs(tr.s))
+    specs = [RunSpec(tr_neg, 4.0, "neg"), RunSpec(tr, 4.0**-2, "mixed")]
+    cfg = TrainConfig(max_iters=20000, n_log=40, device=device, engine="fast")
+    results = train(specs, cfg, progress=False)
+    ref = _check(results[0], tr_neg, 4.0, 20000, 40)
+    assert ref.stop_reason == "frozen"
+    _check(results[1], tr, 4.0**-2, 20000, 40)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fast_d16_m200_rich_and_lazy(device):
+    """The default laptop shape (d = 16, m = 200) at λ = 16 and λ = 4^-8."""
+    tr = make_trial("centred", 16, 200, 0)
+    specs = [RunSpec(tr, 16.0, "lazy"), RunSpec(tr, 4.0**-8, "rich")]
+    cfg = TrainConfig(max_iters=1500, n_log=30, device=device, engine="fast")
+    for spec, res in zip(specs, train(specs, cfg, progress=False)):
+        _check(res, tr, spec.lam, 1500, 30)
+
+
+def test_dead_neuron_test_is_conservative():
+    """certainly_dead never marks a neuron that has a point with w·x >= 0, even on the boundary."""
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(3, 6, 5, generator=g, dtype=torch.float64)
+    W = torch.randn(3, 40, 5, generator=g, dtype=torch.float64)
+    W[0, 0] = 0.0  # zero neuron: pre = 0 everywhere, dead in exact arithmetic but not "certainly"
+    W[1, 1] = -X[1].sum(0)  # negative on most points
+    dead = certainly_dead(W, X)
+    pre = torch.bmm(X, W.transpose(1, 2))
+    assert not bool((dead & (pre >= 0).any(1)).any())
+    assert not bool(dead[0, 0])
+    assert int(dead.sum()) > 0
+
+
+def test_dataset_groups_and_layout_roundtrip():
+    """Runs sharing X are grouped; load/store through the compact layout is the identity."""
+    from shallowrelu.engine import _Batch
+
+    trials = [make_trial("centred", 4, 10, s) for s in (0, 1)]
+    specs = [RunSpec(trials[i % 2], 4.0 ** -(i % 3), f"k{i}") for i in range(5)]
+    b = _Batch(specs, TrainConfig(device="cpu"), torch.device("cpu"), torch.float64)
+    assert dataset_groups(b.X) == [[0, 2, 4], [1, 3]]
+    W, a = b.W.clone(), b.a.clone()
+    st = FastStepper(b, 2.0, 0.01, 1e-9, use_graphs=False)
+    assert (st.S, st.Q) == (2, 3)
+    st.load(b, 0)
+    b.W.zero_()
+    b.a.zero_()
+    st.store(b)
+    live = ~certainly_dead(W, b.X)
+    assert torch.equal(b.W[live], W[live]) and torch.equal(b.a[live], a[live])
