@@ -1,0 +1,654 @@
+"""Single-run dynamics (Example 31, App. E; Figs 3–6) and the two-teacher experiments
+(App. I; Figs 10–11): detectors on logged training curves and the runs that feed them.
+
+Detectors work on the history arrays the engine logs at geometrically spaced iterations
+(``RunResult.history`` / ``history_*`` in a run's .npz) and never use hand-placed marks:
+
+* :func:`alignment_iteration` — first logged iteration from which the max angle within a
+  neuron group stays below a threshold (the group has formed a bundle, SPEC §3).
+* :func:`detect_loss_drops` / :func:`detect_plateaus` — steep descents and plateaus of the
+  training loss in log-log coordinates; a drop that starts from a plateau is a saddle
+  escape (App. I: one drop per saddle, Fig. 11).
+* :func:`zero_crossings` / :func:`crossing_order` — the iterations at which the coordinates
+  of v* − v^t in the eigenbasis of (1/n) XᵀX change sign and whether the first crossings
+  come in decreasing-eigenvalue order (Example 31, Fig. 3).
+
+Runs: :func:`example31_stem` / :func:`train_example31` (uncentred, d = 16, m = 25, λ = 4^-7)
+and :func:`two_teacher_rhos`, :func:`two_teacher_root`, :func:`train_two_teacher` (the ρ sweep),
+all through :func:`shallowrelu.runs.train_trials`, so the files follow io.py's layout.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .datasets import DEFAULT_RHO, SCHEMES, check_scheme
+from .io import read_json, run_stem
+
+TWO_TEACHER_SCHEMES = ("two-teacher-centred", "two-teacher-uncentred")
+"""Appendix I's dataset schemes (SPEC §4)."""
+
+EXAMPLE31 = dict(scheme="uncentred", d=16, m=25, lambda_exp=-7)
+"""Example 31 (App. E): the single run of Figs 3–6 (SPEC §3)."""
+
+TWO_TEACHER = dict(d=16, m=25, lambda_exp=-7)
+"""Appendix I's network and initialisation scale (Figs 10–11, SPEC §4)."""
+
+
+# --- input checks ---------------------------------------------------------------------------
+
+def _curve(iters: Sequence[float], values: Sequence[float] | np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray]:
+    it = np.asarray(iters, dtype=float)
+    v = np.asarray(values, dtype=float)
+    if it.ndim != 1 or v.shape[0] != it.shape[0]:
+        raise ValueError(f"{what}: need one value per logged iteration, got {it.shape[0]} iterations "
+                         f"and values of shape {v.shape}")
+    if it.size and np.any(np.diff(it) <= 0):
+        raise ValueError(f"{what}: iterations must be strictly increasing")
+    return it, v
+
+
+# --- alignment ------------------------------------------------------------------------------
+
+def alignment_iteration(iters: Sequence[float], max_angle_deg: Sequence[float],
+                        threshold_deg: float = 1.0) -> int | None:
+    """First logged iteration from which the max angle within a group stays below
+    ``threshold_deg`` until the end of the history; None if it never does (or ends NaN).
+
+    A group with < 2 neurons has NaN angles and never counts as aligned.
+    """
+    if not (math.isfinite(threshold_deg) and threshold_deg > 0):
+        raise ValueError(f"alignment threshold must be a finite angle > 0 degrees, got {threshold_deg!r}")
+    it, ang = _curve(iters, max_angle_deg, "alignment_iteration")
+    below = np.where(np.isnan(ang), False, ang < threshold_deg)
+    if below.size == 0 or not below[-1]:
+        return None
+    above = np.nonzero(~below)[0]
+    first = 0 if above.size == 0 else above[-1] + 1
+    return int(it[first])
+
+
+# --- loss drops and plateaus ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Segment:
+    """A stretch of a loss curve between two logged iterations (inclusive)."""
+
+    start: int
+    end: int
+    loss_start: float
+    loss_end: float
+    decades: float  # log10(loss_start / loss_end) > 0 for a descent
+    mid: int  # drops: iteration where the loss is half-way (in log) between start and end
+    after_plateau: bool = False  # drops: preceded directly by a plateau (a saddle escape)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _loglog(iters, loss) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    it, L = _curve(iters, loss, "loss curve")
+    ok = (it > 0) & np.isfinite(L) & (L > 0)
+    return it[ok], np.log10(it[ok]), np.log10(L[ok])
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """Maximal runs of True in ``mask`` as (first, last) index pairs."""
+    out, start = [], None
+    for i, flag in enumerate(mask):
+        if flag and start is None:
+            start = i
+        elif not flag and start is not None:
+            out.append((start, i - 1))
+            start = None
+    if start is not None:
+        out.append((start, len(mask) - 1))
+    return out
+
+
+def detect_plateaus(iters: Sequence[float], loss: Sequence[float], max_slope: float = 0.5,
+                    min_decades: float = 0.15) -> list[Segment]:
+    """Plateaus: maximal stretches where |d log10 L / d log10 t| ≤ ``max_slope`` that span at
+    least ``min_decades`` decades of iterations (iteration 0 is ignored: log axes)."""
+    if not (max_slope > 0 and min_decades > 0):
+        raise ValueError(f"max_slope and min_decades must be > 0, got {max_slope!r}, {min_decades!r}")
+    it, x, y = _loglog(iters, loss)
+    if it.size < 2:
+        return []
+    slope = np.diff(y) / np.diff(x)
+    out = []
+    for a, b in _runs(np.abs(slope) <= max_slope):  # intervals a..b → points a..b+1
+        if x[b + 1] - x[a] >= min_decades:
+            out.append(Segment(int(it[a]), int(it[b + 1]), float(10 ** y[a]), float(10 ** y[b + 1]),
+                               float(y[a] - y[b + 1]), int(round(10 ** ((x[a] + x[b + 1]) / 2)))))
+    return out
+
+
+def detect_loss_drops(iters: Sequence[float], loss: Sequence[float], min_slope: float = 3.0,
+                      min_decades: float = 0.3, merge_gap_decades: float = 0.05,
+                      plateau_slope: float = 0.5, plateau_decades: float = 0.15,
+                      max_gap_decades: float = 0.5) -> list[Segment]:
+    """Steep descents of the loss: maximal stretches where d log10 L / d log10 t ≤ −``min_slope``
+    (stretches closer than ``merge_gap_decades`` in log10 t are merged) that lower the loss by
+    at least ``min_decades`` decades.
+
+    ``after_plateau`` marks a saddle escape: the last feature before the drop is a plateau
+    (:func:`detect_plateaus` with ``plateau_slope``, ``plateau_decades``), not another drop,
+    and it ends at most ``max_gap_decades`` decades of iterations before the drop starts.
+    Each drop's ``mid`` is the first logged iteration at which log10 L has fallen half-way from
+    its start to its end value.
+    """
+    if not (min_slope > 0 and min_decades > 0 and merge_gap_decades >= 0 and max_gap_decades >= 0):
+        raise ValueError(f"need min_slope > 0, min_decades > 0, merge_gap_decades >= 0, max_gap_decades >= 0; "
+                         f"got {min_slope!r}, {min_decades!r}, {merge_gap_decades!r}, {max_gap_decades!r}")
+    it, x, y = _loglog(iters, loss)
+    if it.size < 2:
+        return []
+    slope = np.diff(y) / np.diff(x)
+    merged: list[list[int]] = []
+    for a, b in _runs(slope <= -min_slope):
+        if merged and x[a] - x[merged[-1][1] + 1] <= merge_gap_decades:
+            merged[-1][1] = b
+        else:
+            merged.append([a, b])
+    plateaus = detect_plateaus(iters, loss, plateau_slope, plateau_decades)
+    drops: list[Segment] = []
+    for a, b in merged:
+        i0, i1 = a, b + 1
+        dec = float(y[i0] - y[i1])
+        if dec < min_decades:
+            continue
+        half = y[i0] - dec / 2
+        mid_idx = i0 + int(np.argmax(y[i0:i1 + 1] <= half))
+        start = int(it[i0])
+        last_plateau = max((p.end for p in plateaus if p.end <= start), default=None)
+        last_drop = max((d.end for d in drops), default=None)
+        flat = (last_plateau is not None and (last_drop is None or last_plateau > last_drop)
+                and x[i0] - math.log10(last_plateau) <= max_gap_decades)
+        drops.append(Segment(start, int(it[i1]), float(10 ** y[i0]), float(10 ** y[i1]), dec,
+                             int(it[mid_idx]), bool(flat)))
+    return drops
+
+
+def saddle_drops(iters: Sequence[float], loss: Sequence[float], **kwargs: Any) -> list[Segment]:
+    """The loss drops that start from a plateau (one per saddle escaped, App. I)."""
+    return [d for d in detect_loss_drops(iters, loss, **kwargs) if d.after_plateau]
+
+
+# --- zero crossings of the eigenbasis coordinates (Example 31, Fig. 3) ----------------------
+
+def eigenbasis(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Eigenvalues η_1 ≥ … ≥ η_d and eigenvectors (columns) of (1/n) XᵀX for rows x_i of X;
+    the same basis as the engine's ``eig_coords`` history."""
+    X = np.asarray(X, dtype=float)
+    evals, evecs = np.linalg.eigh(X.T @ X / X.shape[0])
+    return evals[::-1].copy(), evecs[:, ::-1].copy()
+
+
+def zero_crossings(iters: Sequence[float], values: Sequence[float]) -> np.ndarray:
+    """Iterations at which ``values`` changes sign between consecutive logged points, each
+    placed by linear interpolation between the two points (exact zeros keep the previous sign)."""
+    it, v = _curve(iters, values, "zero_crossings")
+    ok = np.isfinite(v)
+    it, v = it[ok], v[ok]
+    sign = np.sign(v)
+    for i in range(1, sign.size):  # a value that is exactly 0 continues the previous sign
+        if sign[i] == 0:
+            sign[i] = sign[i - 1]
+    idx = np.nonzero(sign[1:] * sign[:-1] < 0)[0]
+    t0, t1, v0, v1 = it[idx], it[idx + 1], v[idx], v[idx + 1]
+    return t0 + (t1 - t0) * v0 / (v0 - v1)
+
+
+@dataclass
+class CrossingReport:
+    """First zero crossing of each eigenbasis coordinate of v* − v^t (index k: k-th largest
+    eigenvalue) and whether they come in decreasing-eigenvalue order."""
+
+    eigenvalues: list[float]
+    first_crossing: list[float | None]  # interpolated iteration, None: no crossing
+    first_crossing_interval: list[tuple[int, int] | None]  # the logged iterations around it
+    n_crossings: list[int]
+    order: list[int]  # crossed coordinates sorted by first crossing
+    uncrossed: list[int]
+    decreasing: bool  # crossed ones in index order, and the uncrossed ones are the smallest η
+    inversions: list[tuple[int, int]]  # pairs (k, k') with k < k' but k' crossing strictly first
+    ties: list[tuple[int, int]]  # consecutive crossed coordinates within the same logging interval
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        n = len(self.eigenvalues)
+        head = (f"{n - len(self.uncrossed)} of {n} coordinates of v* - v^t cross zero; first-crossing order "
+                f"(index by decreasing eigenvalue, 0 = largest): {self.order}")
+        verdict = "decreasing-eigenvalue order: YES" if self.decreasing else \
+            f"decreasing-eigenvalue order: NO (inversions {self.inversions})"
+        extra = f"; not crossed by the end: {self.uncrossed}" if self.uncrossed else ""
+        tie = f"; same logging interval: {self.ties}" if self.ties else ""
+        return f"{head}; {verdict}{extra}{tie}"
+
+
+def crossing_order(iters: Sequence[float], coords: np.ndarray, eigenvalues: Sequence[float]) -> CrossingReport:
+    """Zero crossings of the columns of ``coords`` (T, d) — coordinates of v* − v^t in the
+    eigenbasis ordered by decreasing eigenvalue — and the order check of Example 31.
+
+    The order counts as decreasing when the first crossings are non-decreasing in the
+    coordinate index (crossings in one logging interval are compared by their interpolated
+    iterations and listed as ties) and every coordinate that never crosses has a smaller
+    eigenvalue than every coordinate that does.
+    """
+    it = np.asarray(iters, dtype=float)
+    C = np.asarray(coords, dtype=float)
+    ev = np.asarray(eigenvalues, dtype=float)
+    if C.ndim != 2 or C.shape[0] != it.shape[0] or C.shape[1] != ev.shape[0]:
+        raise ValueError(f"coords must have shape (len(iters), len(eigenvalues)) = ({it.shape[0]}, {ev.shape[0]}), "
+                         f"got {C.shape}")
+    if np.any(np.diff(ev) > 0):
+        raise ValueError("eigenvalues must be sorted in decreasing order (coordinate k ↔ k-th largest)")
+    firsts: list[float | None] = []
+    intervals: list[tuple[int, int] | None] = []
+    counts = []
+    for k in range(C.shape[1]):
+        cr = zero_crossings(it, C[:, k])
+        counts.append(int(cr.size))
+        if cr.size:
+            firsts.append(float(cr[0]))
+            j = int(np.searchsorted(it, cr[0]))
+            intervals.append((int(it[max(j - 1, 0)]), int(it[min(j, it.size - 1)])))
+        else:
+            firsts.append(None)
+            intervals.append(None)
+    crossed = [k for k in range(len(firsts)) if firsts[k] is not None]
+    uncrossed = [k for k in range(len(firsts)) if firsts[k] is None]
+    order = sorted(crossed, key=lambda k: (firsts[k], k))
+    inversions = [(k, k2) for i, k in enumerate(crossed) for k2 in crossed[i + 1:] if firsts[k2] < firsts[k]]
+    ties = [(k, k2) for k, k2 in zip(crossed, crossed[1:]) if intervals[k] == intervals[k2]]
+    suffix_ok = all(u > c for u in uncrossed for c in crossed)
+    return CrossingReport([float(e) for e in ev], firsts, intervals, counts, order, uncrossed,
+                          bool(not inversions and suffix_ok), inversions, ties)
+
+
+def arsinh_scale(values: np.ndarray, unit: float = 1e-5) -> np.ndarray:
+    """arsinh(value / unit): the signed log-like scale of Fig. 3 (linear within ±unit)."""
+    if not unit > 0:
+        raise ValueError(f"arsinh unit must be > 0, got {unit!r}")
+    return np.arcsinh(np.asarray(values, dtype=float) / unit)
+
+
+# --- runs -----------------------------------------------------------------------------------
+
+def load_run(stem: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """(summary JSON, history arrays) of one run written by runs.write_run."""
+    stem = Path(stem)
+    stem = stem.with_suffix("") if stem.suffix in (".json", ".npz") else stem
+    summary = read_json(stem.with_suffix(".json"))
+    with np.load(stem.with_suffix(".npz")) as z:
+        history = {f.removeprefix("history_"): np.asarray(z[f]) for f in z.files if f.startswith("history_")}
+    return summary, history
+
+
+def example31_stem(root: str | Path, seed: int = 0, scheme: str = EXAMPLE31["scheme"], d: int = EXAMPLE31["d"],
+                   m: int = EXAMPLE31["m"], lambda_exp: int = EXAMPLE31["lambda_exp"]) -> Path:
+    """Run stem of the Example 31 run under a results root (io.run_stem layout)."""
+    return run_stem(root, scheme, d, m, seed, lambda_exp)
+
+
+def train_example31(root: str | Path, cfg, seed: int = 0, progress: bool = True, **overrides: Any) -> Path:
+    """Train (or find current) the Example 31 run and return its stem."""
+    from .runs import train_trials
+
+    spec = dict(EXAMPLE31, **overrides)
+    train_trials(root, spec["scheme"], spec["d"], spec["m"], [seed], [spec["lambda_exp"]], cfg, progress=progress)
+    return example31_stem(root, seed, **spec)
+
+
+def rho_tag(rho: float) -> str:
+    """Folder tag of a noise multiplier: 6 significant digits, e.g. 0.414214, 1, 2.5."""
+    if not (isinstance(rho, (int, float, np.floating)) and math.isfinite(rho) and rho > 0):
+        raise ValueError(f"noise multiplier rho must be a finite number > 0, got {rho!r}")
+    return f"{float(rho):.6g}"
+
+
+def two_teacher_rhos(scheme: str, grid: Iterable[float | str]) -> list[float]:
+    """The ρ values of a scheme's sweep: ``grid`` entries are numbers or ``"own"`` (the
+    scheme's own ρ, DEFAULT_RHO); values below the own ρ are dropped (the sweep starts there),
+    duplicates (same :func:`rho_tag`) removed; sorted ascending."""
+    check_scheme(scheme)
+    own = DEFAULT_RHO[scheme]
+    vals: dict[str, float] = {}
+    for g in grid:
+        if isinstance(g, str):
+            if g != "own":
+                raise ValueError(f"rho grid entry {g!r} is neither a number nor 'own'")
+            r = own
+        else:
+            r = float(g)
+        tag = rho_tag(r)
+        if r < own and tag != rho_tag(own):
+            continue
+        vals.setdefault(tag, own if tag == rho_tag(own) else r)
+    return sorted(vals.values())
+
+
+def two_teacher_root(runs_root: str | Path, rho: float) -> Path:
+    """Results root of one ρ of the sweep: RUNS/two_teacher/rho{tag} (ρ changes the dataset,
+    so it is part of the path; below it the io.run_stem layout)."""
+    return Path(runs_root) / "two_teacher" / f"rho{rho_tag(rho)}"
+
+
+def two_teacher_stem(runs_root: str | Path, scheme: str, rho: float, seed: int, d: int = TWO_TEACHER["d"],
+                     m: int = TWO_TEACHER["m"], lambda_exp: int = TWO_TEACHER["lambda_exp"]) -> Path:
+    if scheme not in TWO_TEACHER_SCHEMES:
+        raise ValueError(f"two-teacher scheme must be one of {TWO_TEACHER_SCHEMES}, got {scheme!r}")
+    return run_stem(two_teacher_root(runs_root, rho), scheme, d, m, seed, lambda_exp)
+
+
+def scheme_rhos(schemes: Sequence[str], rho_grid) -> dict[str, list[float]]:
+    """ρ values per two-teacher scheme; ``rho_grid`` is one grid for all schemes or a mapping
+    scheme → grid (entries as in :func:`two_teacher_rhos`)."""
+    out = {}
+    for scheme in schemes:
+        if scheme not in TWO_TEACHER_SCHEMES:
+            raise ValueError(f"two-teacher scheme must be one of {TWO_TEACHER_SCHEMES}, got {scheme!r}")
+        if isinstance(rho_grid, Mapping):
+            if scheme not in rho_grid:
+                raise ValueError(f"no rho grid for scheme {scheme!r}; grids given for {sorted(rho_grid)}")
+            grid = rho_grid[scheme]
+        else:
+            grid = rho_grid
+        out[scheme] = two_teacher_rhos(scheme, list(grid))
+    return out
+
+
+def train_two_teacher(runs_root: str | Path, cfg, schemes: Sequence[str], rho_grid, seeds: Sequence[int],
+                      progress: bool = True, **overrides: Any) -> list[Path]:
+    """Train the ρ sweep (every scheme × ρ × seed at Appendix I's d, m, λ) and return the stems.
+    ``rho_grid``: one grid or a mapping scheme → grid (:func:`scheme_rhos`)."""
+    from .runs import train_trials
+
+    spec = dict(TWO_TEACHER, **overrides)
+    stems = []
+    for scheme, rhos in scheme_rhos(schemes, rho_grid).items():
+        for rho in rhos:
+            stems += train_trials(two_teacher_root(runs_root, rho), scheme, spec["d"], spec["m"], list(seeds),
+                                  [spec["lambda_exp"]], cfg, rho=rho, progress=progress)
+    return stems
+
+
+def two_teacher_row(summary: dict[str, Any], history: dict[str, np.ndarray],
+                    threshold_deg: float = 1.0) -> dict[str, Any]:
+    """One run of the sweep as a table row: final max angles of both groups (fixed at
+    initialisation), their alignment iterations and the detected saddle drops."""
+    run, fin = summary["run"], summary["final"]
+    it = history["iteration"]
+    drops = saddle_drops(it, history["loss"])
+    return dict(
+        scheme=run["scheme"], rho=run["rho"], seed=run["seed"], d=run["d"], m=run["m"],
+        lambda_exp=run["lambda_exp"], iterations=summary["iterations"], stop_reason=summary["stop_reason"],
+        loss=fin["loss"], n_pos=fin.get("n_pos"), n_neg=fin.get("n_neg"),
+        max_angle_pos_deg=fin["init_rule_max_angle_pos_deg"], max_angle_neg_deg=fin["init_rule_max_angle_neg_deg"],
+        align_iter_pos=alignment_iteration(it, history["max_angle_pos_deg"], threshold_deg),
+        align_iter_neg=alignment_iteration(it, history["max_angle_neg_deg"], threshold_deg),
+        n_saddle_drops=len(drops), drop_iters=";".join(str(d.mid) for d in drops),
+    )
+
+
+def two_teacher_table(runs_root: str | Path, schemes: Sequence[str], rho_grid, seeds: Sequence[int],
+                      threshold_deg: float = 1.0, **overrides: Any):
+    """pandas DataFrame of :func:`two_teacher_row` over the sweep (missing files: error)."""
+    import pandas as pd
+
+    rows, missing = [], []
+    for scheme, rhos in scheme_rhos(schemes, rho_grid).items():
+        for rho in rhos:
+            for seed in seeds:
+                stem = two_teacher_stem(runs_root, scheme, rho, seed, **overrides)
+                if not stem.with_suffix(".json").exists():
+                    missing.append(str(stem))
+                    continue
+                rows.append(two_teacher_row(*load_run(stem), threshold_deg=threshold_deg))
+    if missing:
+        raise FileNotFoundError(f"{len(missing)} two-teacher runs missing (e.g. {missing[0]}); "
+                                "train them first: snakemake --cores 2 fig10")
+    return pd.DataFrame(rows)
+
+
+def median_spread(table, value: str, by: Sequence[str] = ("scheme", "rho")):
+    """Median, quartiles, min, max and count of ``value`` per group (Fig. 10's points and bands)."""
+    g = table.groupby(list(by))[value]
+    out = g.agg(median="median", q25=lambda s: s.quantile(0.25), q75=lambda s: s.quantile(0.75),
+                min="min", max="max", n="count").reset_index()
+    return out
+
+
+# --- figures (matplotlib imported inside; house style and saving from plotting.py) ----------
+
+ITER_LABEL = "iteration t"
+
+
+def _mark_events(ax, events: Sequence[tuple[float, str, Any]], text: bool = True) -> None:
+    """Vertical dashed lines at detected iterations, labelled in the legend."""
+    for t, label, colour in events:
+        if t is None or not np.isfinite(t) or t <= 0:
+            continue
+        ax.axvline(t, color=colour, ls="--", lw=0.9, alpha=0.8, label=label if text else None)
+
+
+def eigen_coords_figure(hist: dict[str, np.ndarray], eigenvalues: Sequence[float], report: CrossingReport,
+                        unit: float = 1e-5, title: str = ""):
+    """Fig. 3: coordinates of v* − v^t in the eigenbasis of (1/n) XᵀX against t (log-x), on the
+    arsinh(value/unit) scale, coloured by eigenvalue, first zero crossings marked."""
+    import matplotlib as mpl
+    import matplotlib.pyplot as plt
+
+    from .plotting import style
+
+    style()
+    it = hist["iteration"].astype(float)
+    C = hist["eig_coords"]
+    ev = np.asarray(eigenvalues, dtype=float)
+    keep = it > 0
+    norm = mpl.colors.LogNorm(vmin=ev.min(), vmax=ev.max())
+    cmap = mpl.colormaps["viridis"]
+    fig, ax = plt.subplots(figsize=(8, 4.6))
+    for k in range(C.shape[1]):
+        colour = cmap(norm(ev[k]))
+        ax.plot(it[keep], arsinh_scale(C[keep, k], unit), color=colour, lw=1.1)
+        t = report.first_crossing[k]
+        if t is not None:
+            ax.plot([t], [0.0], marker="o", ms=5, mfc=colour, mec="black", mew=0.6, ls="none")
+    ax.axhline(0.0, color="black", lw=0.6)
+    ticks = [-1.0, -1e-2, -1e-4, 0.0, 1e-4, 1e-2, 1.0]
+    ax.set_yticks(arsinh_scale(np.array(ticks), unit))
+    ax.set_yticklabels(["−1", "−1e-2", "−1e-4", "0", "1e-4", "1e-2", "1"])
+    ax.set_xscale("log")
+    ax.set_xlabel(ITER_LABEL)
+    ax.set_ylabel(f"coordinate of v* − v^t  (arsinh(value / {unit:g}) scale)")
+    ax.set_title(title or "Fig. 3: eigenbasis coordinates of v* − v^t; dots: first zero crossings")
+    sm = mpl.cm.ScalarMappable(norm=norm, cmap=cmap)
+    fig.colorbar(sm, ax=ax, label="eigenvalue of (1/n) XᵀX")
+    ax.plot([], [], marker="o", mfc="white", mec="black", ls="none", label="first zero crossing")
+    ax.legend(loc="lower left")
+    fig.tight_layout()
+    return fig
+
+
+def bundle_figure(hist: dict[str, np.ndarray], title: str = ""):
+    """Fig. 4: ‖v^t‖ and ‖v* − v^t‖ (left), angle(v^t, γ_[n]) and angle(v^t, v*) (right)."""
+    import matplotlib.pyplot as plt
+
+    from .plotting import style
+
+    style()
+    it = hist["iteration"].astype(float)
+    k = it > 0
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    ax1.plot(it[k], hist["bundle_norm"][k], label=r"$\|v^t\|$")
+    ax1.plot(it[k], hist["bundle_err_norm"][k], label=r"$\|v^* - v^t\|$")
+    ax1.set_xscale("log")
+    ax1.set_xlabel(ITER_LABEL)
+    ax1.set_ylabel("norm")
+    ax1.set_title("norms of the bundle vector")
+    ax1.legend(loc="best")
+    ax2.plot(it[k], hist["bundle_angle_gamma_deg"][k], label=r"angle$(v^t, \gamma_{[n]})$")
+    ax2.plot(it[k], hist["bundle_angle_teacher_deg"][k], label=r"angle$(v^t, v^*)$")
+    ax2.set_xscale("log")
+    ax2.set_yscale("log")
+    ax2.set_xlabel(ITER_LABEL)
+    ax2.set_ylabel("angle (degrees)")
+    ax2.set_title("angles of the bundle vector")
+    ax2.legend(loc="best")
+    fig.suptitle(title or "Fig. 4: the bundle vector $v^t = \\sum_{j \\in J_+} a_j w_j$", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def loss_angle_figure(hist: dict[str, np.ndarray], groups: Sequence[str] = ("pos",), threshold_deg: float = 1.0,
+                      loss_label: str = "training loss", title: str = ""):
+    """Fig. 5 / 11: training loss (top) and the max angle within each group (bottom) against t,
+    log-log, with detected alignment iterations and saddle drops marked. Returns (fig, events)."""
+    import matplotlib.pyplot as plt
+
+    from .plotting import style
+
+    style()
+    it = hist["iteration"].astype(float)
+    k = it > 0
+    names = {"pos": "positive group $J_+$", "neg": "negative group $J_-$"}
+    colours = {"pos": "tab:blue", "neg": "tab:red"}
+    drops = saddle_drops(it, hist["loss"])
+    aligned = {g: alignment_iteration(it, hist[f"max_angle_{g}_deg"], threshold_deg) for g in groups}
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    ax1.plot(it[k], hist["loss"][k], color="black", label="training loss")
+    for i, d in enumerate(drops):
+        ax1.axvspan(d.start, d.end, color="tab:orange", alpha=0.25, label="detected loss drop" if i == 0 else None)
+        ax1.plot([d.mid], [np.interp(d.mid, it, hist["loss"])], marker="v", color="tab:orange", ms=7, ls="none")
+    ax1.set_yscale("log")
+    ax1.set_ylabel(loss_label)
+    ax1.set_title("training loss (shaded: detected drops, one per saddle)")
+    for g in groups:
+        ax2.plot(it[k], hist[f"max_angle_{g}_deg"][k], color=colours[g], label=f"max angle, {names[g]}")
+    ax2.axhline(threshold_deg, color="grey", lw=0.8, ls=":", label=f"alignment threshold {threshold_deg:g}°")
+    for ax in (ax1, ax2):
+        _mark_events(ax, [(aligned[g], f"{names[g]} aligned (t = {aligned[g]:,})" if aligned[g] else "", colours[g])
+                          for g in groups], text=ax is ax2)
+    ax2.set_xscale("log")
+    ax2.set_yscale("log")
+    ax2.set_xlabel(ITER_LABEL)
+    ax2.set_ylabel("max angle within group (degrees)")
+    ax2.set_title("max angle between neurons of a group (groups fixed at initialisation)")
+    ax1.legend(loc="lower left")
+    ax2.legend(loc="lower left")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    events = dict(aligned={g: aligned[g] for g in groups}, drops=[d.as_dict() for d in drops])
+    return fig, events
+
+
+def norms_figure(hist: dict[str, np.ndarray], title: str = ""):
+    """Fig. 6: nuclear norm of W and ‖θ‖² = Σ a_j² + Σ ‖w_j‖² against t, with the limits 1 and 2."""
+    import matplotlib.pyplot as plt
+
+    from .plotting import style
+
+    style()
+    it = hist["iteration"].astype(float)
+    k = it > 0
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    ax.plot(it[k], hist["nuclear_norm"][k], label=r"nuclear norm $\|W\|_*$")
+    ax.plot(it[k], hist["theta_sq"][k], label=r"$\|\theta\|^2$")
+    ax.axhline(1.0, color="tab:blue", ls=":", lw=0.9, label="1 (rank-1 limit of $\\|W\\|_*$)")
+    ax.axhline(2.0, color="tab:orange", ls=":", lw=0.9, label=r"2 (limit of $\|\theta\|^2$)")
+    ax.set_xscale("log")
+    ax.set_xlabel(ITER_LABEL)
+    ax.set_ylabel("norm")
+    ax.set_title(title or "Fig. 6: nuclear norm and squared Euclidean norm of the parameters")
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def rho_sweep_figure(table, threshold_deg: float = 1.0, title: str = ""):
+    """Fig. 10: max angle within J+ and within J− against ρ, one panel per scheme; medians over
+    trials (lines), interquartile range (band) and every trial (dots), log-log."""
+    import matplotlib as mpl
+    import matplotlib.pyplot as plt
+
+    from .plotting import style
+
+    style()
+    schemes = [s for s in TWO_TEACHER_SCHEMES if s in set(table["scheme"])]
+    fig, axes = plt.subplots(1, len(schemes), figsize=(5.2 * len(schemes), 4), squeeze=False)
+    colours = {"pos": "tab:blue", "neg": "tab:red"}
+    names = {"pos": "$J_+$", "neg": "$J_-$"}
+    for ax, scheme in zip(axes[0], schemes):
+        sub = table[table["scheme"] == scheme]
+        for g, off in (("pos", 0.97), ("neg", 1.03)):
+            st = median_spread(sub, f"max_angle_{g}_deg", by=("rho",))
+            ax.plot(st["rho"], st["median"], marker="o", color=colours[g], label=f"median, {names[g]}")
+            ax.fill_between(st["rho"], st["q25"], st["q75"], color=colours[g], alpha=0.2,
+                            label=f"interquartile range, {names[g]}")
+            ax.plot(sub["rho"] * off, sub[f"max_angle_{g}_deg"], ls="none", marker=".", ms=3, alpha=0.45,
+                    color=colours[g])
+        own = DEFAULT_RHO[scheme]
+        ax.axvline(own, color="grey", lw=0.8, ls="--", label=f"scheme's own ρ = {own:.3g}")
+        ax.axhline(threshold_deg, color="grey", lw=0.8, ls=":", label=f"{threshold_deg:g}°")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ticks = sorted(set(np.round(sub["rho"].to_numpy(float), 6)))
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([f"{r:.3g}" for r in ticks])
+        ax.xaxis.set_minor_formatter(mpl.ticker.NullFormatter())
+        ax.set_xlabel("noise multiplier ρ (points ~ N(±μ, (ρ/d) I))")
+        ax.set_ylabel("max angle within group at the end (degrees)")
+        n = int(sub.groupby("rho").size().min()) if len(sub) else 0
+        ax.set_title(f"{scheme} ({n} trials per ρ)")
+        if ax is axes[0][0]:
+            ax.legend(loc="upper left", fontsize=7)
+    fig.suptitle(title or "Fig. 10: max angle within the positive and the negative group against ρ", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def rho_summary(table, threshold_deg: float = 1.0):
+    """Per (scheme, ρ): medians of both max angles and the fraction of trials whose groups are
+    both aligned (max angle < threshold) at the end — where the single-bundle picture breaks."""
+    rows = []
+    for (scheme, rho), g in table.groupby(["scheme", "rho"]):
+        both = (g["max_angle_pos_deg"] < threshold_deg) & (g["max_angle_neg_deg"] < threshold_deg)
+        rows.append(dict(scheme=scheme, rho=rho, n=len(g),
+                         median_max_angle_pos_deg=float(g["max_angle_pos_deg"].median()),
+                         median_max_angle_neg_deg=float(g["max_angle_neg_deg"].median()),
+                         max_max_angle_deg=float(np.nanmax(g[["max_angle_pos_deg", "max_angle_neg_deg"]].to_numpy())),
+                         fraction_both_aligned=float(both.mean())))
+    import pandas as pd
+
+    return pd.DataFrame(rows)
+
+
+def first_unaligned_rho(summary, scheme: str, threshold_deg: float = 1.0) -> dict[str, float | None]:
+    """Smallest ρ of a scheme at which (a) some trial and (b) the median of either group is not
+    aligned (max angle ≥ threshold); None where it never happens on the grid."""
+    sub = summary[summary["scheme"] == scheme].sort_values("rho")
+    some = sub[sub["fraction_both_aligned"] < 1.0]
+    med = sub[(sub["median_max_angle_pos_deg"] >= threshold_deg) | (sub["median_max_angle_neg_deg"] >= threshold_deg)]
+    return dict(some_trial=float(some["rho"].iloc[0]) if len(some) else None,
+                median=float(med["rho"].iloc[0]) if len(med) else None)
+
+
+__all__ = [
+    "TWO_TEACHER_SCHEMES", "EXAMPLE31", "TWO_TEACHER", "alignment_iteration", "Segment", "detect_plateaus",
+    "detect_loss_drops", "saddle_drops", "eigenbasis", "zero_crossings", "CrossingReport", "crossing_order",
+    "arsinh_scale", "load_run", "example31_stem", "train_example31", "rho_tag", "two_teacher_rhos",
+    "two_teacher_root", "two_teacher_stem", "scheme_rhos", "train_two_teacher", "two_teacher_row", "two_teacher_table",
+    "median_spread", "SCHEMES", "eigen_coords_figure", "bundle_figure", "loss_angle_figure", "norms_figure",
+    "rho_sweep_figure", "rho_summary", "first_unaligned_rho",
+]
