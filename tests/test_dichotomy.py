@@ -242,3 +242,19 @@ def test_cli_measure(capsys):
     assert main(["dichotomy", "measure", "--family", "positive", "--d", "3", "--b", "11", "--no-min-norm"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["M"] > 0 and out["cex_theta_sq"] < 2
+
+
+def test_min_norm_drops_below_two_exactly_where_M_turns_positive():
+    """Theorem 8 across the sign flip of the M > 0 family at b = 91/9 ≈ 10.11."""
+    pytest.importorskip("cvxpy")
+    from shallowrelu.convex import min_norm_interpolator
+
+    for b, positive in [(10.0, False), (10.5, True)]:
+        ds = g.family_positive(3, b)
+        M = g.measure_M(ds.X, ds.v, n_starts=2).M
+        mn = min_norm_interpolator(ds.X, ds.y).theta_sq
+        assert (M > 0) == positive
+        if positive:
+            assert mn < 2 - 1e-4
+        else:
+            assert mn == pytest.approx(2.0, abs=1e-6)
