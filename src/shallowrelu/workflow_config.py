@@ -59,6 +59,11 @@ def _wants_string(node: dict[str, Any]) -> bool:
     return not types and "enum" not in node and "const" not in node  # unknown: leave it alone
 
 
+def _allows_null(node: dict[str, Any]) -> bool:
+    t = node.get("type")
+    return "null" in (t if isinstance(t, list) else [t])
+
+
 def coerce_cli_strings(value: Any, schema: dict[str, Any], node: dict[str, Any] | None = None) -> Any:
     """Parse string leaves with YAML where the schema expects a non-string (in place for dicts)."""
     node = _resolve(schema if node is None else node, schema)
@@ -73,6 +78,8 @@ def coerce_cli_strings(value: Any, schema: dict[str, Any], node: dict[str, Any] 
     if isinstance(value, list):
         items = node.get("items")
         return [coerce_cli_strings(v, schema, items) for v in value] if isinstance(items, dict) else value
+    if isinstance(value, str) and value.strip() in ("null", "~") and _allows_null(node):
+        return None
     if isinstance(value, str) and not _wants_string(node):
         try:
             parsed = yaml.safe_load(value)

@@ -1,0 +1,246 @@
+"""The Snakemake workflow: DAG sizes, lint, config validation, aggregation, and a tiny end-to-end run.
+
+Every Snakemake call runs with ``--directory`` in a temporary folder, so results/ of the
+checkout is never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from shallowrelu.aggregate import CELL_COLUMNS, RUN_COLUMNS, cell_stats, load_reference
+from shallowrelu.workflow_config import check_unknown_keys, coerce_cli_strings, load_schema
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+# Families owned by other rules files: switched off where this file counts jobs.
+OTHERS_OFF = [f"{k}={{enabled: false}}" for k in ("appendix_g", "dynamics", "two_teacher", "paper")]
+
+
+def snakemake(workdir: Path, *args: str, configfile: str | Path = "config/config.yaml", config=(),
+              timeout: int = 600) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
+           "--configfile", str(REPO / configfile), *args]
+    if config:
+        cmd += ["--config", *config]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=workdir)
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """The first 'Job stats' table of a Snakemake dry run."""
+    block = output.split("Job stats:", 1)[1]
+    counts = {}
+    for line in block.splitlines()[3:]:
+        m = re.match(r"^(\S+)\s+(\d+)$", line.strip())
+        if not m:
+            break
+        counts[m.group(1)] = int(m.group(2))
+    return counts
+
+
+def expected_trials(cfg: dict) -> dict[tuple, set]:
+    """Grid arithmetic, independent of the Snakefile: trial (scheme, d, m, seed) -> its λ exponents."""
+    trials: dict[tuple, set] = {}
+    g = cfg["grid"]
+    for fig in ("fig7", "fig8"):
+        for s in g[fig]["schemes"]:
+            for d in g[fig]["dims"]:
+                for m in g[fig]["widths"]:
+                    for seed in g["seeds"]:
+                        trials.setdefault((s, d, m, seed), set()).update(g["lambda_exps"])
+    for fig in ("fig2", "fig9"):
+        c = cfg["loss_curves"][fig]
+        trials.setdefault((c["scheme"], c["d"], c["m"], c["seed"]), set()).update(c["lambda_exps"])
+    return trials
+
+
+def dry_run(tmp_path: Path, configfile: str, config=()) -> tuple[dict[str, int], str]:
+    res = snakemake(tmp_path, "-n", configfile=configfile, config=[*OTHERS_OFF, *config])
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    out = res.stdout + res.stderr
+    return job_counts(out), out
+
+
+def train_outputs(out: str) -> dict[str, list[str]]:
+    """Training rule name -> its declared .json outputs, from a dry run's job listing."""
+    jobs = {}
+    for m in re.finditer(r"rule (train_\w+):\n\s+output: ([^\n]+)", out):
+        jobs[m.group(1)] = [p for p in m.group(2).split(", ") if p.endswith(".json")]
+    return jobs
+
+
+@pytest.mark.parametrize("configfile, n_trials, n_runs", [
+    ("config/config.yaml", 24, 24 * 8 + 2 * 3),     # + λ = 4^-3, 4^-5, 4^-7 of Figs 2 and 9
+    ("config/paper.yaml", 71, 70 * 16 + 7),         # Fig 9's trial (uncentred, d=16, m=25) is extra
+])
+def test_dry_run_job_counts_match_grid(tmp_path, configfile, n_trials, n_runs):
+    cfg = yaml.safe_load((REPO / configfile).read_text())
+    trials = expected_trials(cfg)
+    assert len(trials) == n_trials and sum(map(len, trials.values())) == n_runs
+    counts, out = dry_run(tmp_path, configfile)
+    train = {k: v for k, v in counts.items() if k.startswith("train_")}
+    assert len(train) == n_trials and set(train.values()) == {1}
+    assert {f"train_{s}_d{d}_m{m}_seed{seed}" for s, d, m, seed in trials} == set(train)
+    assert counts["aggregate"] == 1 and counts["fig_angles"] == 3 and counts["fig_loss_curves"] == 2
+    assert counts["all"] == 1
+    mine = {k: v for k, v in counts.items() if k.startswith("train_") or k in (
+        "aggregate", "fig_angles", "fig_loss_curves", "all")}
+    assert sum(mine.values()) == n_trials + 1 + 3 + 2 + 1
+    assert counts["total"] == sum(v for k, v in counts.items() if k != "total")
+    # every trial declares exactly its runs' summaries: the grid's λ plus the loss curves' λ
+    outs = train_outputs(out)
+    for (s, d, m, seed), exps in trials.items():
+        name = f"train_{s}_d{d}_m{m}_seed{seed}"
+        assert len(outs[name]) == len(exps), name
+    assert sum(len(v) for v in outs.values()) == n_runs
+
+
+def test_named_targets_and_gpu_resource(tmp_path):
+    counts, out = dry_run(tmp_path, "config/config.yaml", config=["train={device: cuda, group: trials}"])
+    assert "gpu=1" in out
+    res = snakemake(tmp_path, "-n", "fig1", "fig2", "fig7", "fig8", "fig9", "tables", config=OTHERS_OFF)
+    assert res.returncode == 0, res.stderr[-2000:]
+    fig2 = job_counts(snakemake(tmp_path, "-n", "fig2", config=OTHERS_OFF).stdout)
+    assert fig2.get("fig_loss_curves") == 1 and "fig_angles" not in fig2 and "aggregate" not in fig2
+    assert sum(1 for k in fig2 if k.startswith("train_")) == 1  # Fig 2 needs exactly its trial
+
+
+def test_lint_clean(tmp_path):
+    res = snakemake(tmp_path, "--lint")
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+
+
+@pytest.mark.parametrize("override, message", [
+    (["bogus=1"], "unknown config key 'bogus' in config; allowed keys there:"),
+    (["train={max_iters: -5}"], "-5 is less than the minimum of 1"),
+    (["grid={fig7: {schemes: [sideways], dims: [4], widths: [20]}}"], "'sideways' is not one of"),
+])
+def test_bad_config_is_rejected_clearly(tmp_path, override, message):
+    res = snakemake(tmp_path, "-n", configfile="config/tiny.yaml", config=override)
+    assert res.returncode != 0
+    assert message in res.stdout + res.stderr
+
+
+def test_config_override_types_and_defaults():
+    schema = load_schema(SCHEMA)
+    cfg = {"train": {"max_iters": "1000", "resources": {"slurm_partition": "123"}, "group": "null"},
+           "grid": {"seeds": ["0", "1"], "enabled": "false"}, "results_dir": "2024"}
+    coerce_cli_strings(cfg, schema)
+    assert cfg["train"]["max_iters"] == 1000 and cfg["grid"]["seeds"] == [0, 1]
+    assert cfg["grid"]["enabled"] is False and cfg["train"]["group"] is None
+    assert cfg["train"]["resources"]["slurm_partition"] == "123" and cfg["results_dir"] == "2024"
+    with pytest.raises(ValueError, match="unknown config key 'x' in config.grid.fig7; allowed keys there: dims"):
+        check_unknown_keys({"grid": {"fig7": {"x": 1}}}, schema)
+    for path in ("config/config.yaml", "config/paper.yaml", "config/tiny.yaml"):
+        check_unknown_keys(yaml.safe_load((REPO / path).read_text()), schema)
+
+
+def test_cell_stats_and_reference():
+    rows = []
+    for seed, val in enumerate([1.0, 2.0, 4.0, np.nan]):
+        rows.append(dict(scheme="centred", d=4, m=200, seed=seed, lambda_exp=-2, max_angle_deg=val,
+                         mean_angle_deg=val / 2, nuclear_norm=1.0 + seed))
+    runs = pd.DataFrame(rows)
+    ref = load_reference(REPO / "data" / "reference_tables.csv")
+    cells = cell_stats(runs, ref)
+    assert list(cells.columns) == CELL_COLUMNS
+    mx = cells[cells.metric == "max_angle_deg"].iloc[0]
+    assert mx["n"] == 3 and mx["median"] == 2.0 and mx["min"] == 1.0 and mx["max"] == 4.0
+    assert math.isclose(mx["std"], np.std([1.0, 2.0, 4.0]))
+    assert mx["table"] == "1" and mx["figure"] == "7"
+    paper = pd.read_csv(REPO / "data" / "reference_tables.csv")
+    want = paper[(paper.table == 1) & (paper.d == 4) & (paper.lambda_exp == -2)]["median"].item()
+    assert mx["paper_median"] == want
+    nn = cells[cells.metric == "nuclear_norm"].iloc[0]
+    assert nn["n"] == 4 and nn["median"] == 2.5
+    # a cell in two paper tables (d = 1024, m = 200: Tables 1 and 7)
+    both = ref[(ref.d == 1024) & (ref.m == 200) & (ref.metric == "max_angle_deg") & (ref.scheme == "centred")]
+    assert set(both["table"]) == {"1;7"} and set(both["figure"]) == {"7;8"} and len(both) == 16
+    # a cell the paper does not have
+    other = cell_stats(runs.assign(d=5), ref)
+    assert other["paper_median"].isna().all() and (other["table"] == "").all()
+
+
+def test_reference_copy_matches_shared():
+    shared = Path("/work/shared/paper/reference_tables.csv")
+    if not shared.exists():
+        pytest.skip("shared paper folder not present")
+    assert (REPO / "data" / "reference_tables.csv").read_bytes() == shared.read_bytes()
+
+
+@pytest.mark.slow
+def test_tiny_end_to_end(tmp_path):
+    from PIL import Image
+
+    res = snakemake(tmp_path, "--cores", "2", configfile="config/tiny.yaml", config=OTHERS_OFF)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-5000:]
+    tiny = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
+    root = tmp_path / tiny["results_dir"]
+    trials = expected_trials(tiny)
+    n_runs = sum(map(len, trials.values()))
+
+    # run files: trial.npz + one .json/.npz per λ
+    for (s, d, m, seed), exps in trials.items():
+        tdir = root / "runs" / s / f"d{d}" / f"m{m}" / f"seed{seed}"
+        assert (tdir / "trial.npz").exists()
+        assert len(list(tdir.glob("lam*.json"))) == len(exps) == len(list(tdir.glob("lam*.npz")))
+        assert (root / "logs" / "train" / f"train_{s}_d{d}_m{m}_seed{seed}.log").exists()
+
+    # tables
+    runs = pd.read_csv(root / "tables" / "runs.csv")
+    cells = pd.read_csv(root / "tables" / "cells.csv")
+    assert list(runs.columns) == RUN_COLUMNS and len(runs) == n_runs
+    assert (runs["iterations"] <= tiny["train"]["max_iters"]).all()
+    assert list(cells.columns) == CELL_COLUMNS
+    assert len(cells) == 3 * len({(s, d, m, e) for (s, d, m, _), ex in trials.items() for e in ex})
+    for n in range(1, 13):
+        tex = (root / "tables" / f"table{n}.tex").read_text()
+        assert r"\begin{tabular}" in tex and f"Table {n}" in tex
+
+    # figures: valid images with the expected axes; executed notebooks without errors
+    expect_axes = {"fig1": 3, "fig7": 6, "fig8": 6, "fig2": 2, "fig9": 2}
+    for fig, n_axes in expect_axes.items():
+        png, pdf = root / "figures" / f"{fig}.png", root / "figures" / f"{fig}.pdf"
+        with Image.open(png) as im:
+            im.verify()
+        with Image.open(png) as im:
+            assert im.size[0] > 500 and im.size[1] > 200
+        assert pdf.read_bytes()[:5] == b"%PDF-"
+        axes = json.loads((root / "figures" / f"{fig}.axes.json").read_text())["axes"]
+        assert len(axes) == n_axes
+        if fig in ("fig2", "fig9"):
+            assert axes[0]["xscale"] == "log" and axes[1]["xscale"] == "linear"
+            assert "loss" in axes[0]["ylabel"] and "test loss" in axes[1]["ylabel"]
+            assert axes[0]["n_lines"] == len(tiny["loss_curves"][fig]["lambda_exps"])
+        else:
+            assert all(a["xscale"] == "log" and a["yscale"] == "log" and "lambda" in a["xlabel"] for a in axes)
+            assert [a["ylabel"].split(" ")[0] for a in axes[:3]] == ["max", "mean", "nuclear"]
+            assert all(a["n_lines"] >= 1 for a in axes)
+        nb_name = ("fig_loss_curves_" if fig in ("fig2", "fig9") else "fig_angles_") + fig + ".ipynb"
+        nb = json.loads((root / "notebooks" / nb_name).read_text())
+        assert not [o for c in nb["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+        assert (root / "logs" / "figures" / f"{fig}.log").exists()
+
+    # nothing left to do; adding a seed plans only the new trials
+    res = snakemake(tmp_path, "-n", configfile="config/tiny.yaml", config=OTHERS_OFF)
+    assert "Nothing to be done" in res.stdout + res.stderr
+    more = snakemake(tmp_path, "-n", configfile="config/tiny.yaml", config=[*OTHERS_OFF, "grid={seeds: [0, 1]}"])
+    counts = job_counts(more.stdout + more.stderr)
+    assert sorted(k for k in counts if k.startswith("train_")) == sorted(
+        f"train_{s}_d{d}_m{m}_seed1" for s in ("centred", "uncentred") for d in (4,) for m in (10, 20))
+
+    # the HTML report with every figure
+    rep = snakemake(tmp_path, "--report", str(tmp_path / "report.html"), configfile="config/tiny.yaml",
+                    config=OTHERS_OFF)
+    assert rep.returncode == 0, (rep.stdout + rep.stderr)[-3000:]
+    assert (tmp_path / "report.html").stat().st_size > 10_000
