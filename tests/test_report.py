@@ -201,6 +201,25 @@ def test_far_cell_verdict_rule_directly():
         rp.Thresholds(agree_log10=1.0, marginal_log10=0.5).validate()
 
 
+def test_schema_thresholds_match_the_module():
+    yaml = pytest.importorskip("yaml")
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    th = schema["properties"]["paper"]["properties"]["thresholds"]
+    defaults = rp.Thresholds()
+    assert th["default"] == {k: getattr(defaults, k) for k in th["default"]}
+    assert {k: v["default"] for k, v in th["properties"].items()} == th["default"]
+    assert set(th["properties"]) == set(rp.Thresholds.__dataclass_fields__)
+
+
+def test_outputs_list_matches_what_is_written(built):
+    root, res, runs, cells = built
+    outs = rp.report_outputs(root / "results/tables", root / "results/paper", root / "results/figures")
+    listed = {Path(f) for files in outs.values() for f in files}
+    written = {p for d in ("results/paper", "results/figures") for p in (root / d).iterdir() if p.is_file()}
+    written |= {p for p in (root / "results/tables").glob("report_*.csv")}
+    assert written <= listed, sorted(str(p) for p in written - listed)
+
+
 def test_bad_input_named(tmp_path):
     bad = tmp_path / "runs.csv"
     pd.DataFrame({"scheme": ["centred"], "d": [4]}).to_csv(bad, index=False)
