@@ -31,6 +31,8 @@ METRIC_LABELS = {
 }
 METRICS = ["max_angle_deg", "mean_angle_deg", "nuclear_norm"]
 LAMBDA_LABEL = r"initialisation scale $\lambda$"
+TEST_SET_LABELS = {"test_4": "4n points from N(0, I)", "test_1": "n points from N(0, I)",
+                   "test_q": "n/4 points from N(0, I)", "val": "n fresh training-scheme points"}
 ANGLE_FIGURES = ("fig1", "fig7", "fig8")
 CURVE_FIGURES = ("fig2", "fig9")
 
@@ -228,7 +230,7 @@ def loss_curves_figure(curves: Sequence[tuple[int, dict[str, np.ndarray]]], spec
     ax_tr.set_ylabel(loss_label)
     ax_tr.set_title("training loss")
     ax_te.set_xlabel("iteration")
-    ax_te.set_ylabel(f"test loss ({spec['test_set']})")
+    ax_te.set_ylabel(f"test loss ({TEST_SET_LABELS.get(spec['test_set'], spec['test_set'])})")
     ax_te.set_title("test loss")
     ax_tr.legend(loc="best")
     fig.suptitle(f"{spec['figure'].replace('fig', 'Figure ')}: {spec['scheme']}, d = {spec['d']}, "
@@ -261,6 +263,9 @@ def save_figure(fig, stem: str | Path, formats: Sequence[str] = ("pdf", "png")) 
         os.close(fd)
         try:
             fig.savefig(tmp, format=fmt)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; use the usual permissions
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):
