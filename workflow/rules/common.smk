@@ -92,19 +92,24 @@ def trial_runtime_minutes(d, m, n_runs, max_iters, n=None):
 
     (n = d data points). s_per_iter is the per-iteration overhead of the batched step,
     s_per_unit the cost per multiply-add; both measured on one CPU core (docs/workflow.md).
+    Capped at train.resources.runtime_max_minutes when set (jobs resume from checkpoints).
     """
     res = TRAIN["resources"]
     n = d if n is None else n
     per_iter = res["seconds_per_iteration"] + res["seconds_per_unit"] * n_runs * n * m * d
     sec = max_iters * per_iter * res["runtime_safety"]
-    return max(res["runtime_min_minutes"], math.ceil(sec / 60))
+    minutes = max(res["runtime_min_minutes"], math.ceil(sec / 60))
+    cap = res.get("runtime_max_minutes")
+    return minutes if cap is None else min(minutes, cap)
 
 
 def trial_mem_mb(d, m, n_runs):
-    """Memory estimate (MB): base + safety × ~12 float64 arrays of size runs × m × (n + d)."""
+    """Memory estimate (MB): base + safety × (~12 float64 arrays of size runs × m × (n + d)
+    + the histories: n_log points × runs × (d eigen-coordinates + ~64 scalars))."""
     res = TRAIN["resources"]
     arrays = 12 * n_runs * m * (2 * d) * 8 / 1e6
-    return int(res["mem_mb_base"] + math.ceil(res["mem_safety"] * arrays))
+    history = TRAIN["n_log"] * n_runs * (d + 64) * 8 / 1e6
+    return int(res["mem_mb_base"] + math.ceil(res["mem_safety"] * (arrays + history)))
 
 
 def trial_resources(d, m, n_runs):
@@ -112,6 +117,8 @@ def trial_resources(d, m, n_runs):
     res = {"mem_mb": trial_mem_mb(d, m, n_runs), "runtime": trial_runtime_minutes(d, m, n_runs, TRAIN["max_iters"])}
     if TRAIN["resources"]["slurm_partition"]:
         res["slurm_partition"] = TRAIN["resources"]["slurm_partition"]
+    if TRAIN["resources"].get("slurm_account"):
+        res["slurm_account"] = TRAIN["resources"]["slurm_account"]
     if str(TRAIN["device"]).startswith("cuda"):
         res["gpu"] = 1
     return res
