@@ -140,9 +140,14 @@ def cell_stats(runs: pd.DataFrame, reference: pd.DataFrame | None = None) -> pd.
 
 
 def _fmt(x: float) -> str:
+    """Three significant digits, LaTeX exponent for very small or large values ('--' for NaN)."""
     if x is None or not np.isfinite(x):
         return "--"
-    return f"{x:.3e}".replace("e+0", "e").replace("e-0", "e-").replace("e+", "e")
+    text = f"{x:.3g}"
+    if "e" in text:
+        mant, exp = text.split("e")
+        return f"${mant}\\cdot 10^{{{int(exp)}}}$"
+    return text
 
 
 def latex_table(cells: pd.DataFrame, figure: int, metric: str, scheme: str, dims: Sequence[int],
@@ -177,7 +182,8 @@ def latex_table(cells: pd.DataFrame, figure: int, metric: str, scheme: str, dims
     n = sorted({int(x) for x in sub["n"]}) if len(sub) else [0]
     lines += [r"\hline", r"\end{tabular}",
               rf"\caption{{Reproduction of Table {number}: {METRIC_LABELS[metric]} of the {scheme} scheme "
-              rf"(medians and standard deviations over {'/'.join(map(str, n))} trials; paper: 5).}}",
+              rf"(medians and standard deviations over {'/'.join(map(str, n))} trial{'' if n == [1] else 's'}; "
+              rf"paper: 5).}}",
               rf"\label{{tab:repro{number}}}", r"\end{table}", ""]
     return "\n".join(lines)
 
