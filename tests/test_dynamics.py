@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -182,3 +183,38 @@ def test_two_teacher_sweep_tiny(tmp_path):
     assert list(stats["n"]) == [2, 2]
     with pytest.raises(FileNotFoundError, match="missing"):
         dy.two_teacher_table(tmp_path, ["two-teacher-centred"], ["own"], seeds, d=4, m=12, lambda_exp=-4)
+
+
+# --- the workflow's rules at toy size (config/tiny.yaml) ------------------------------------
+
+@pytest.mark.slow
+def test_dynamics_workflow_tiny(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    repo = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "--directory", str(tmp_path),
+           "--configfile", str(repo / "config" / "tiny.yaml"), "--cores", "2", "--", "example31", "fig10", "fig11"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-5000:]
+    tiny = yaml.safe_load((repo / "config" / "tiny.yaml").read_text())
+    root = tmp_path / tiny["results_dir"]
+    axes = {f: json.loads((root / "figures" / f"{f}.axes.json").read_text())["axes"]
+            for f in ("fig3", "fig4", "fig5", "fig6", "fig10", "fig11")}
+    assert all((root / "figures" / f"{f}.png").stat().st_size > 10_000 for f in axes)
+    assert axes["fig3"][0]["xscale"] == "log" and "arsinh" in axes["fig3"][0]["ylabel"]
+    assert len(axes["fig10"]) == 2 and all(a["xscale"] == a["yscale"] == "log" for a in axes["fig10"])
+    assert len(axes["fig11"]) == 2 and axes["fig11"][1]["yscale"] == "log"
+    ex = json.loads((root / "tables" / "example31.json").read_text())
+    assert isinstance(ex["decreasing_eigenvalue_order"], bool) and len(ex["crossing"]["eigenvalues"]) == 4
+    table = pd.read_csv(root / "tables" / "two_teacher.csv")
+    assert len(table) == 2 * 2 * 2  # schemes × ρ × seeds
+    assert (root / "runs" / "two_teacher" / "rho0.414214" / "two-teacher-uncentred" / "d4" / "m10" / "seed0"
+            / "lamm2.json").exists()
+    for nb in ("dynamics_example31", "two_teacher_fig10", "two_teacher_fig11"):
+        cells = json.loads((root / "notebooks" / f"{nb}.ipynb").read_text())["cells"]
+        assert not [o for c in cells for o in c.get("outputs", []) if o.get("output_type") == "error"]

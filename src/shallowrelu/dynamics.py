@@ -324,12 +324,13 @@ def two_teacher_rhos(scheme: str, grid: Iterable[float | str]) -> list[float]:
     own = DEFAULT_RHO[scheme]
     vals: dict[str, float] = {}
     for g in grid:
-        if isinstance(g, str):
-            if g != "own":
-                raise ValueError(f"rho grid entry {g!r} is neither a number nor 'own'")
+        if isinstance(g, str) and g == "own":
             r = own
         else:
-            r = float(g)
+            try:
+                r = float(g)  # also numbers written as strings, e.g. YAML's '1e-1'
+            except (TypeError, ValueError):
+                raise ValueError(f"rho grid entry {g!r} is neither a number nor 'own'") from None
         tag = rho_tag(r)
         if r < own and tag != rho_tag(own):
             continue
@@ -425,6 +426,61 @@ def median_spread(table, value: str, by: Sequence[str] = ("scheme", "rho")):
     g = table.groupby(list(by))[value]
     out = g.agg(median="median", q25=lambda s: s.quantile(0.25), q75=lambda s: s.quantile(0.75),
                 min="min", max="max", n="count").reset_index()
+    return out
+
+
+# --- workflow jobs (used by workflow/rules/dynamics.smk) --------------------------------------
+
+def _job(name: str, root: str | Path, scheme: str, d: int, m: int, seeds: Sequence[int], exps: Sequence[int],
+         rho: float | None, n: int) -> dict[str, Any]:
+    """One training job: all ``seeds`` × ``exps`` of (scheme, d, m) under ``root`` as one batch."""
+    from .io import trial_dir
+
+    outputs = []
+    for seed in seeds:
+        outputs.append(str(trial_dir(root, scheme, d, m, seed) / "trial.npz"))
+        for e in exps:
+            stem = run_stem(root, scheme, d, m, seed, e)
+            outputs += [str(stem.with_suffix(".json")), str(stem.with_suffix(".npz"))]
+    slug = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return dict(name=slug, root=str(root), scheme=scheme, d=int(d), m=int(m), seeds=[int(x) for x in seeds],
+                exps=[int(e) for e in exps], rho=rho, n=int(n), outputs=outputs)
+
+
+def example31_job(section: Mapping[str, Any], root: str | Path) -> dict[str, Any]:
+    """The training job of the Example 31 run of a ``dynamics`` config section."""
+    sc, d, m, seed = section["scheme"], section["d"], section["m"], section["seed"]
+    return _job(f"train_example31_{sc}_d{d}_m{m}_seed{seed}", root, sc, d, m, [seed], [section["lambda_exp"]],
+                None, d)
+
+
+def fig11_rho(section: Mapping[str, Any]) -> float:
+    f11 = section["fig11"]
+    return DEFAULT_RHO[f11["scheme"]] if f11["rho"] == "own" else float(f11["rho"])
+
+
+def two_teacher_jobs(section: Mapping[str, Any], runs_root: str | Path) -> list[dict[str, Any]]:
+    """Training jobs of a ``two_teacher`` config section: one per (scheme, ρ, group of
+    ``seeds_per_job`` seeds); Fig 11's run is added to its (scheme, ρ) if not in the sweep."""
+    rhos = scheme_rhos(list(section["rhos"]), section["rhos"])
+    jobs: dict[tuple[str, str], tuple[float, list[int]]] = {}
+    for scheme, values in rhos.items():
+        for rho in values:
+            jobs[(scheme, rho_tag(rho))] = (rho, list(section["seeds"]))
+    f11 = section["fig11"]
+    key = (f11["scheme"], rho_tag(fig11_rho(section)))
+    rho, seeds = jobs.get(key, (fig11_rho(section), []))
+    if f11["seed"] not in seeds:
+        jobs[key] = (rho, seeds + [f11["seed"]])
+    out = []
+    chunk = int(section["seeds_per_job"])
+    for (scheme, tag), (rho, seeds) in sorted(jobs.items()):
+        short = scheme.removeprefix("two-teacher-")
+        for i in range(0, len(seeds), chunk):
+            group = seeds[i:i + chunk]
+            out.append(_job(f"train_two_teacher_{short}_rho{tag}_seeds{group[0]}_{group[-1]}",
+                            two_teacher_root(runs_root, rho), scheme, section["d"], section["m"], group,
+                            [section["lambda_exp"]], rho, 2 * section["d"]))
     return out
 
 
@@ -648,7 +704,8 @@ __all__ = [
     "TWO_TEACHER_SCHEMES", "EXAMPLE31", "TWO_TEACHER", "alignment_iteration", "Segment", "detect_plateaus",
     "detect_loss_drops", "saddle_drops", "eigenbasis", "zero_crossings", "CrossingReport", "crossing_order",
     "arsinh_scale", "load_run", "example31_stem", "train_example31", "rho_tag", "two_teacher_rhos",
-    "two_teacher_root", "two_teacher_stem", "scheme_rhos", "train_two_teacher", "two_teacher_row", "two_teacher_table",
+    "two_teacher_root", "two_teacher_stem", "scheme_rhos", "train_two_teacher", "example31_job", "fig11_rho",
+    "two_teacher_jobs", "two_teacher_row", "two_teacher_table",
     "median_spread", "SCHEMES", "eigen_coords_figure", "bundle_figure", "loss_angle_figure", "norms_figure",
     "rho_sweep_figure", "rho_summary", "first_unaligned_rho",
 ]
