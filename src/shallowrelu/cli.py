@@ -111,7 +111,7 @@ COMMANDS = {"train": _cmd_train}
 
 # Modules that add subcommands: each defines ``add_parser(subparsers)`` (registering one
 # subcommand whose name is its ``COMMAND`` attribute) and ``run(args) -> int``.
-SUBCOMMAND_MODULES: list[str] = ["shallowrelu.appendix_g_cli", "shallowrelu.report"]
+SUBCOMMAND_MODULES: list[str] = ["shallowrelu.appendix_g_cli", "shallowrelu.report", "shallowrelu.bench"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -38,6 +38,7 @@ from .metrics import RAD2DEG, angle_between, end_groups, init_groups, nuclear_no
 from .model import batched_loss_and_gradients, batched_objective, get_convention, log_iterations
 
 ACTIVE_RULES = ("init", "end")
+ENGINES = ("fast", "reference")
 
 
 @dataclass
@@ -54,6 +55,7 @@ class TrainConfig:
     active_rule: str = "init"
     checkpoint_every_s: float = 300.0
     sync_every: int = 0  # 0: 1 on the CPU, 64 on CUDA
+    engine: str = "fast"  # 'fast' (fast.py, same iterates) or 'reference' (gd_step below)
 
     def validate(self) -> "TrainConfig":
         get_convention(self.loss_convention, self.lr, self.loss_target)
@@ -65,6 +67,8 @@ class TrainConfig:
             raise ValueError(f"dtype must be 'float64' or 'float32', got {self.dtype!r}")
         if self.active_rule not in ACTIVE_RULES:
             raise ValueError(f"active_rule must be one of {ACTIVE_RULES}, got {self.active_rule!r}")
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
         resolve_device(self.device)
         return self
 
@@ -74,7 +78,7 @@ class TrainConfig:
 
     def fingerprint(self) -> str:
         """Hash of every setting that changes the iterates (not device, logging cadence of checkpoints)."""
-        keys = {k: v for k, v in asdict(self).items() if k not in ("device", "checkpoint_every_s", "sync_every")}
+        keys = {k: v for k, v in asdict(self).items() if k not in ("device", "checkpoint_every_s", "sync_every", "engine")}
         keys["convention"] = asdict(self.convention)
         return hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -473,7 +477,7 @@ def _train_group(specs: list[RunSpec], cfg: TrainConfig, ck: Path | None, progre
     while True:
         if resumed:  # the checkpoint was written after this logging point's decisions
             resumed = False
-            li, t = _train_chunk(b, li, log_pts, kappa, lr, target, sync_every)
+            li, t = _train_chunk(b, li, log_pts, kappa, lr, target, sync_every, cfg.engine)
             continue
         # -- decide stops at logging point t (same order as the reference trainer) -----------
         R = len(b.keys)
@@ -526,16 +530,21 @@ def _train_group(specs: list[RunSpec], cfg: TrainConfig, ck: Path | None, progre
             print(f"[{desc}] signal {signum} received: checkpoint written at iteration {t:,} to {ck}; "
                   "rerun the same command to resume", file=sys.stderr, flush=True)
             raise TrainingInterrupted(128 + signum)
-        li, t = _train_chunk(b, li, log_pts, kappa, lr, target, sync_every)
+        li, t = _train_chunk(b, li, log_pts, kappa, lr, target, sync_every, cfg.engine)
     bar.close()
     if ck is not None and ck.exists():
         ck.unlink()
 
 
 def _train_chunk(b: _Batch, li: int, log_pts: list[int], kappa: float, lr: float, target: float,
-                 sync_every: int) -> tuple[int, int]:
+                 sync_every: int, engine: str = "reference") -> tuple[int, int]:
     """Step from logging point ``li`` to the next one; returns the new (index, iteration)."""
     t, t_next = log_pts[li], log_pts[li + 1]
+    if engine == "fast":
+        from .fast import train_chunk
+
+        train_chunk(b, t_next - t, t, kappa, lr, target, sync_every)
+        return li + 1, t_next
     while t < t_next:
         gd_step(b, t, kappa, lr, target)
         t += 1
