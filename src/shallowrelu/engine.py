@@ -78,7 +78,8 @@ class TrainConfig:
 
     def fingerprint(self) -> str:
         """Hash of every setting that changes the iterates (not device, logging cadence of checkpoints)."""
-        keys = {k: v for k, v in asdict(self).items() if k not in ("device", "checkpoint_every_s", "sync_every", "engine")}
+        skip = ("device", "checkpoint_every_s", "sync_every", "engine")
+        keys = {k: v for k, v in asdict(self).items() if k not in skip}
         keys["convention"] = asdict(self.convention)
         return hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()[:16]
 
