@@ -210,10 +210,11 @@ def load_history(stem: str | Path, keys: Sequence[str]) -> dict[str, np.ndarray]
 
 
 def loss_curves_figure(curves: Sequence[tuple[int, dict[str, np.ndarray]]], spec: dict[str, Any],
-                       loss_label: str = "training loss"):
+                       loss_label: str = "training loss", test_logy: bool = True):
     """Fig 2 / 9: left, training loss vs iteration (log-x); right, test loss vs iteration (linear x).
 
     ``curves``: (λ exponent, history with 'iteration', 'loss', 'loss_<test_set>') per run.
+    ``test_logy``: log scale for the test loss, which shows its slow decrease after the fit.
     """
     import matplotlib.pyplot as plt
 
@@ -230,6 +231,9 @@ def loss_curves_figure(curves: Sequence[tuple[int, dict[str, np.ndarray]]], spec
     ax_tr.set_ylabel(loss_label)
     ax_tr.set_title("training loss")
     ax_te.set_xlabel("iteration")
+    ax_te.ticklabel_format(axis="x", style="sci", scilimits=(0, 3))
+    if test_logy:
+        ax_te.set_yscale("log")
     ax_te.set_ylabel(f"test loss ({TEST_SET_LABELS.get(spec['test_set'], spec['test_set'])})")
     ax_te.set_title("test loss")
     ax_tr.legend(loc="best")
