@@ -14,12 +14,20 @@ import numpy as np
 import pytest
 import torch
 
+from shallowrelu import fast
 from shallowrelu.datasets import make_trial
 from shallowrelu.engine import RunSpec, TrainConfig, train
 from shallowrelu.fast import FastStepper, certainly_dead, dataset_groups
 from shallowrelu.model import get_convention, reference_train
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(params=["step", "blocks"])
+def mode(request, monkeypatch):
+    """'blocks': unchecked blocks of steps with one stop test each (CUDA's default), on any device."""
+    monkeypatch.setattr(fast, "CPU_BLOCKS", request.param == "blocks")
+    return request.param
 
 
 @pytest.fixture(autouse=True)
@@ -31,9 +39,9 @@ def _one_thread():
     torch.set_num_threads(before)
 
 
-def _check(res, trial, lam, max_iters, n_log, conv="authors"):
+def _check(res, trial, lam, max_iters, n_log, conv="authors", target=None):
     W0, a0 = trial.init(lam)
-    ref = reference_train(trial.X, trial.y, W0, a0, get_convention(conv), max_iters, n_log=n_log)
+    ref = reference_train(trial.X, trial.y, W0, a0, get_convention(conv, target=target), max_iters, n_log=n_log)
     assert (res.iterations, res.stop_reason) == (ref.iterations, ref.stop_reason), res.spec.key
     np.testing.assert_allclose(res.W, ref.W, rtol=1e-10, atol=1e-13 * np.abs(ref.W).max())
     np.testing.assert_allclose(res.a, ref.a, rtol=1e-10, atol=1e-13 * np.abs(ref.a).max())
@@ -42,7 +50,7 @@ def _check(res, trial, lam, max_iters, n_log, conv="authors"):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_fast_batch_matches_reference_across_regimes(device):
+def test_fast_batch_matches_reference_across_regimes(device, mode):
     """Two trials sharing the batch, lazy to rich λ: 'loss_target' and 'max_iters' stops."""
     trials = [make_trial("centred", 4, 30, 1), make_trial("uncentred", 4, 30, 2)]
     exps = [2, 0, -3, -8]
@@ -57,7 +65,31 @@ def test_fast_batch_matches_reference_across_regimes(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_fast_frozen_stop_matches_reference(device):
+def test_fast_stops_inside_blocks(device, monkeypatch):
+    """Loss target 1e-4: runs stop at many different iterations, also inside unchecked blocks,
+    which are then redone step by step; the stop iterations stay the reference's."""
+    monkeypatch.setattr(fast, "CPU_BLOCKS", True)
+    redone = []
+    block = fast.FastStepper._block
+
+    def counting_block(self):
+        before = self.redone_blocks
+        block(self)
+        redone.append(self.redone_blocks - before)
+
+    monkeypatch.setattr(fast.FastStepper, "_block", counting_block)
+    trials = [make_trial("centred", 4, 30, 1), make_trial("uncentred", 4, 30, 2)]
+    specs = [RunSpec(tr, 4.0**e, f"{tr.scheme}{e}") for tr in trials for e in [2, 0, -3, -8]]
+    cfg = TrainConfig(max_iters=3000, n_log=30, device=device, loss_target=1e-4)
+    results = train(specs, cfg, progress=False)
+    for spec, res in zip(specs, results):
+        _check(res, spec.trial, spec.lam, 3000, 30, target=1e-4)
+    assert sum(redone) >= 2  # the redo path ran
+    assert sum(r.stop_reason == "loss_target" for r in results) >= 5
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fast_frozen_stop_matches_reference(device, mode):
     """All output weights negative: every neuron dies and the weights freeze; same iteration."""
     tr = make_trial("centred", 4, 12, 5)
     tr_neg = dataclasses.replace(tr, s=-np.abs(tr.s))
@@ -70,7 +102,7 @@ def test_fast_frozen_stop_matches_reference(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_fast_d16_m200_rich_and_lazy(device):
+def test_fast_d16_m200_rich_and_lazy(device, mode):
     """The default laptop shape (d = 16, m = 200) at λ = 16 and λ = 4^-8."""
     tr = make_trial("centred", 16, 200, 0)
     specs = [RunSpec(tr, 16.0, "lazy"), RunSpec(tr, 4.0**-8, "rich")]

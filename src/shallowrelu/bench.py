@@ -119,7 +119,7 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
               warmup: int, log=print) -> dict[str, Any]:
     from .datasets import make_trial
     from .engine import RunSpec, gd_step, lambda_from_exp
-    from .fast import GRAPH_STEPS, FastStepper, certainly_dead
+    from .fast import BLOCK_STEPS, FastStepper, certainly_dead
     from .model import get_convention
 
     conv = get_convention("authors")
@@ -161,7 +161,7 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
         return mk
 
     # warm up (CUDA graphs are captured here) and calibrate the counts
-    gs = GRAPH_STEPS if dev.type == "cuda" else 1
+    gs = BLOCK_STEPS if st.blocks else 1
     naive_fn(3)()
     ref_fn(2)()
     st.steps(2 * gs)
@@ -253,7 +253,7 @@ def projection(per_dim: dict[int, dict[str, Any]], m_bench: int) -> dict[str, An
 def run(args: argparse.Namespace) -> int:
     from .cli import parse_exps
     from .engine import resolve_device
-    from .io import atomic_write_json, provenance
+    from .io import atomic_write_json
 
     dev = resolve_device(args.device)
     if args.threads:
@@ -280,11 +280,28 @@ def run(args: argparse.Namespace) -> int:
     print(f"bench on {dev} ({_device_name(dev)}), torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"m={args.m}, {seeds} seeds x {len(exps)} lambdas per d", file=sys.stderr)
     per_dim: dict[int, dict[str, Any]] = {}
+    out.parent.mkdir(parents=True, exist_ok=True)
     for d in dims:
         per_dim[d] = bench_dim(d, args.m, exps, seeds, dev, seconds, args.repeats, warmup,
                                log=lambda s: print(s, flush=True))
+        atomic_write_json(out, _record(per_dim, dims, args, exps, seeds, seconds, warmup, dev))  # partial
+    record = _record(per_dim, dims, args, exps, seeds, seconds, warmup, dev)
+    proj = record["projection"]
+    print(_table(per_dim))
+    print(f"PROJECTION (not measured) of the Figs 7+8 grid, {proj['runs']} runs, cap 2e7, sequential jobs: "
+          f"{_hms(proj['wall_s_low'])} .. {_hms(proj['wall_s_high'])}"
+          + (f"; not projected (no timing for d): {proj['not_projected_configs']}" if proj["not_projected_configs"]
+             else ""))
+    atomic_write_json(out, record)
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+def _record(per_dim, dims, args, exps, seeds, seconds, warmup, dev) -> dict[str, Any]:
+    from .io import provenance
+
     proj = projection(per_dim, args.m)
-    record = {
+    return {
         "kind": "shallowrelu benchmark",
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "device": str(dev), "device_name": _device_name(dev),
@@ -294,17 +311,9 @@ def run(args: argparse.Namespace) -> int:
                      "scheme": "centred", "loss_convention": "authors", "dtype": "float64"},
         "results": [per_dim[d] for d in dims],
         "projection": proj,
+        "complete": sorted(per_dim) == sorted(dims),
         "provenance": provenance(str(dev)),
     }
-    print(_table(per_dim))
-    print(f"PROJECTION (not measured) of the Figs 7+8 grid, {proj['runs']} runs, cap 2e7, sequential jobs: "
-          f"{_hms(proj['wall_s_low'])} .. {_hms(proj['wall_s_high'])}"
-          + (f"; not projected (no timing for d): {proj['not_projected_configs']}" if proj["not_projected_configs"]
-             else ""))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out, record)
-    print(f"wrote {out}", file=sys.stderr)
-    return 0
 
 
 def _device_name(dev: torch.device) -> str:

@@ -30,12 +30,14 @@ exactly when all its updates vanish, as in the reference (the 'frozen' stop rule
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
 
 ROUNDING_MARGIN = 4.0  # multiples of (d + 2)·u, u = 2^-53, in the dead-neuron test
-GRAPH_STEPS = 32  # steps per captured CUDA graph
+BLOCK_STEPS = 32  # steps per block without stop tests (one CUDA graph on CUDA)
+CPU_BLOCKS = False  # unchecked blocks also without CUDA graphs (tests switch this on)
 SHRINK_FRACTION = 0.85  # rebuild the layout when the live width falls below this share of it
 
 
@@ -80,11 +82,12 @@ class FastStepper:
     """
 
     def __init__(self, b: Any, kappa: float, lr: float, target: float, use_graphs: bool | None = None,
-                 groups: list[list[int]] | None = None):
+                 groups: list[list[int]] | None = None, blocks: bool | None = None):
         self.kappa, self.lr, self.target = float(kappa), float(lr), float(target)
         self.dev, self.dtype = b.W.device, b.W.dtype
         self.keys = list(b.keys)
         self.use_graphs = (self.dev.type == "cuda") if use_graphs is None else use_graphs
+        self.blocks = (self.use_graphs or CPU_BLOCKS) if blocks is None else blocks
         self.groups = groups if groups is not None else dataset_groups(b.X)
         self._build(b)
 
@@ -154,6 +157,11 @@ class FastStepper:
         self.lsum = torch.empty(SQ, dtype=dt, device=dev)
         self.ga = torch.empty(S, C, dtype=dt, device=dev)
         self.lr_go = torch.empty(S, C, dtype=dt, device=dev)
+        self.go = torch.empty(S, C, dtype=dt, device=dev)
+        if self.blocks:
+            self.lbuf = torch.empty(BLOCK_STEPS, SQ, dtype=dt, device=dev)
+            self.W_bak = torch.empty_like(self.W)
+            self.a_bak = torch.empty_like(self.a)
         self.B = torch.empty(S, C, d, dtype=dt, device=dev)
         # CUDA: h by a (S, Q, C) selector product (deterministic); CPU: index_add (sequential)
         self.select = None
@@ -164,6 +172,7 @@ class FastStepper:
             self.onehot = onehot
             self.select = torch.empty_like(onehot)
         self.graph = None
+        self.redone_blocks = 0
 
     def compatible(self, b: Any) -> bool:
         return list(b.keys) == self.keys
@@ -193,7 +202,11 @@ class FastStepper:
         b.stop_iter[runs] = self.stop[rs]
 
     # -- the step -------------------------------------------------------------------------
-    def _step(self) -> None:
+    def _step(self, k: int | None = None) -> None:
+        """One step. ``k is None``: the stop test on device (exact, every step). ``k = 0..K-1``:
+        step k of an unchecked block: the loss sums go to ``lbuf[k]`` and the running flags
+        (``go``) stay those of the block's start; :meth:`_block` checks and, if a run met the
+        target inside the block, redoes the block with checked steps."""
         S, Q, C, n = self.S, self.Q, self.C, self.n
         kappa = self.kappa
         c = -(kappa / n)
@@ -208,13 +221,16 @@ class FastStepper:
             self.h.index_add_(0, self.col_slot, self.msk.view(S * C, n))
         torch.sub(self.y, self.h, out=self.r)
         torch.mul(self.r, self.r, out=self.rr)
-        torch.sum(self.rr, dim=-1, out=self.lsum)
-        loss = self.lsum * kappa / (2 * n)
-        newly = self.running & (loss < self.target)
-        self.stop.copy_(torch.where(newly, self.t, self.stop))
-        self.running &= ~newly
-        go = self.running.to(self.dtype)[self.col_slot].view(S, C)  # 0 for stopped runs
-        torch.mul(go, self.lr, out=self.lr_go)  # lr, or 0 for stopped runs (exact)
+        if k is None:
+            torch.sum(self.rr, dim=-1, out=self.lsum)
+            loss = self.lsum * kappa / (2 * n)
+            newly = self.running & (loss < self.target)
+            self.stop.copy_(torch.where(newly, self.t, self.stop))
+            self.running &= ~newly
+            self._set_go()
+        else:
+            torch.sum(self.rr, dim=-1, out=self.lbuf[k])
+        go = self.go
         torch.index_select(self.r, 0, self.col_slot, out=self.rcol)  # r of each column's run
         rc = self.rcol.view(S, C, n)
         torch.mul(self.act, rc, out=self.msk)
@@ -231,41 +247,71 @@ class FastStepper:
         self.a.sub_(self.ga)
         self.t.add_(1)
 
+    def _set_go(self) -> None:
+        """go (1 running, 0 stopped) and lr·go per column, from the running flags."""
+        torch.index_select(self.running.to(self.dtype), 0, self.col_slot, out=self.go.view(-1))
+        torch.mul(self.go, self.lr, out=self.lr_go)  # lr, or 0 for stopped runs (exact)
+
+    def _unchecked(self) -> None:
+        for k in range(BLOCK_STEPS):
+            self._step(k)
+
     def _capture(self) -> None:
         s = torch.cuda.Stream(device=self.dev)
         s.wait_stream(torch.cuda.current_stream(self.dev))
-        W0, a0, run0 = self.W.clone(), self.a.clone(), self.running.clone()
-        stop0, t0 = self.stop.clone(), self.t.clone()
+        W0, a0 = self.W.clone(), self.a.clone()
+        t0 = self.t.clone()
         with torch.cuda.stream(s):
-            for _ in range(2):
-                self._step()
+            self._set_go()
+            for k in range(2):
+                self._step(k)
         torch.cuda.current_stream(self.dev).wait_stream(s)
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
-            for _ in range(GRAPH_STEPS):
-                self._step()
+            self._unchecked()
         # capture does not execute, but the warm-up steps did: restore the state
         self.W.copy_(W0)
         self.a.copy_(a0)
-        self.running.copy_(run0)
-        self.stop.copy_(stop0)
         self.t.copy_(t0)
         self.graph = g
+
+    def _block(self) -> None:
+        """BLOCK_STEPS steps with one stop test at the end (exact: redone step by step if any
+        run's objective fell below the target inside the block)."""
+        self._set_go()
+        self.W_bak.copy_(self.W)
+        self.a_bak.copy_(self.a)
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            self._unchecked()
+        loss = self.lbuf * self.kappa / (2 * self.n)  # (K, SQ), the checked step's arithmetic
+        if bool(((loss < self.target) & self.running).any()):
+            self.W.copy_(self.W_bak)
+            self.a.copy_(self.a_bak)
+            self.t.sub_(BLOCK_STEPS)
+            self.redone_blocks += 1
+            for _ in range(BLOCK_STEPS):
+                self._step()
 
     def steps(self, count: int, check_every: int = 0) -> None:
         """``count`` gradient-descent steps; stops early (at a multiple of ``check_every``,
         0: never) once no run is training, which changes nothing since stopped runs get zero
-        updates."""
+        updates. With ``blocks`` (default on CUDA) whole blocks of BLOCK_STEPS steps run
+        without per-step stop tests (one CUDA graph each on CUDA)."""
         done = 0
-        if self.use_graphs and count >= GRAPH_STEPS:
-            if self.graph is None:
-                self._capture()
-            reps = count // GRAPH_STEPS
-            every = max(1, (check_every or 1 << 30) // GRAPH_STEPS)
-            for i in range(reps):
-                self.graph.replay()
-                done += GRAPH_STEPS
-                if check_every and (i + 1) % every == 0 and not bool(self.running.any()):
+        if self.blocks and count >= BLOCK_STEPS:
+            if self.use_graphs and self.graph is None:
+                try:
+                    self._capture()
+                except RuntimeError as exc:  # pragma: no cover - depends on the CUDA stack
+                    warnings.warn(f"CUDA graph capture failed ({exc}); stepping without graphs", stacklevel=2)
+                    self.use_graphs = False
+            reps = count // BLOCK_STEPS
+            for _ in range(reps):
+                self._block()
+                done += BLOCK_STEPS
+                if check_every and not bool(self.running.any()):
                     return
         while done < count:
             self._step()
