@@ -26,6 +26,9 @@ timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_fast.py tests/te
 say "== benchmark"
 timeout 230 python3 -m shallowrelu bench --device cuda --seconds 1 --repeats 2 --warmup-iters 5000 \
     --out "$OUT/bench-cuda.json" 2>&1 | tee -a "$LOG"
+if ! python3 -c "import json,sys; sys.exit(0 if json.load(open('$OUT/bench-cuda.json'))['complete'] else 1)"; then
+  say "benchmark incomplete: stopping before the training part"; exit 3
+fi
 fi
 
 say "== grid training d=4,16 x centred,uncentred (until ${BUDGET_S}s)"
