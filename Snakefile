@@ -15,7 +15,8 @@ sys.path.insert(0, str(Path(workflow.basedir, "src")))
 from shallowrelu.workflow_config import check_unknown_keys, coerce_cli_strings, load_schema
 
 
-configfile: "config/config.yaml"
+# The default config of this checkout, also when run with --directory elsewhere.
+configfile: str(Path(workflow.basedir, "config", "config.yaml"))
 
 
 # Nested --config values arrive as strings: parse them where the schema wants numbers etc.;
