@@ -103,7 +103,8 @@ def test_tiny_workflow_on_slurm(cluster, tmp_path):
     assert rules, "config/tiny.yaml has no training jobs"
 
     # -- the tiny config's training jobs (bundled) and the aggregation, through Slurm -----------
-    proc = _snakemake(workdir, *rules, "aggregate", "--configfile", str(tiny))  # targets first: --configfile takes several
+    # targets first: --configfile takes several values
+    proc = _snakemake(workdir, *rules, "aggregate", "--configfile", str(tiny))
     log = proc.stdout + proc.stderr
     assert proc.returncode != 124, f"snakemake timed out after {TIMEOUT} s:\n{log[-4000:]}"
     assert proc.returncode == 0, log[-6000:]

@@ -571,5 +571,6 @@ def lambda_from_exp(exp: int, base: float = 4.0) -> float:
     return float(base) ** int(exp)
 
 
-__all__ = ["TrainConfig", "RunSpec", "RunResult", "TrainingInterrupted", "train", "resolve_device", "lambda_from_exp", "measure", "gd_step",
+__all__ = ["TrainConfig", "RunSpec", "RunResult", "TrainingInterrupted",
+           "train", "resolve_device", "lambda_from_exp", "measure", "gd_step",
            "HISTORY_SCALARS", "math"]
