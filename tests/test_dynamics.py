@@ -207,7 +207,8 @@ def test_dynamics_workflow_tiny(tmp_path):
             for f in ("fig3", "fig4", "fig5", "fig6", "fig10", "fig11")}
     assert all((root / "figures" / f"{f}.png").stat().st_size > 10_000 for f in axes)
     assert axes["fig3"][0]["xscale"] == "log" and "arsinh" in axes["fig3"][0]["ylabel"]
-    assert len(axes["fig10"]) == 2 and all(a["xscale"] == a["yscale"] == "log" for a in axes["fig10"])
+    assert len(axes["fig10"]) == 4 and all(a["xscale"] == a["yscale"] == "log" for a in axes["fig10"][:2])
+    assert "fraction aligned" in axes["fig10"][2]["ylabel"]
     assert len(axes["fig11"]) == 2 and axes["fig11"][1]["yscale"] == "log"
     ex = json.loads((root / "tables" / "example31.json").read_text())
     assert isinstance(ex["decreasing_eigenvalue_order"], bool) and len(ex["crossing"]["eigenvalues"]) == 4
