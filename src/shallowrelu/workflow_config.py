@@ -7,10 +7,13 @@ Two things the schema validator alone does badly:
   back into numbers, booleans, null or lists wherever the schema asks for a non-string.
 * an unknown key should be named with the keys allowed at that place; ``check_unknown_keys``
   raises a short ValueError saying exactly that (the validator prints the whole schema).
+
+``prepend_pythonpath`` lets every job import the package of the checkout it runs from.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -111,3 +114,12 @@ def _check(value: Any, node: dict[str, Any], root: dict[str, Any], where: str) -
             raise ValueError(f"unknown config key {key!r} in {where}; allowed keys there: {allowed}")
         elif isinstance(extra, dict):
             _check(sub_value, extra, root, here)
+
+
+def prepend_pythonpath(path: str | Path) -> str:
+    """Put ``path`` first on PYTHONPATH of this process (and so of the jobs it starts), once."""
+    path = str(path)
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if path not in parts:
+        os.environ["PYTHONPATH"] = os.pathsep.join([path, *parts])
+    return os.environ["PYTHONPATH"]

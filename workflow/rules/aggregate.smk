@@ -16,7 +16,6 @@ rule aggregate:
         cells=report(f"{TABLES}/cells.csv", caption="../report/cells.rst", category="Tables"),
         tex=table_files(),
     params:
-        src=SRC,
         trials=lambda wc: as_json(main_store_trials()),
         figures=as_json(table_figures()),
         out_dir=lambda wc, output: str(Path(output.runs).parent),
@@ -25,8 +24,7 @@ rule aggregate:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "export PYTHONPATH={params.src}${{PYTHONPATH:+:$PYTHONPATH}};"
-        " python -m shallowrelu.aggregate --trials '{params.trials}' --figures '{params.figures}'"
+        "python -m shallowrelu.aggregate --trials '{params.trials}' --figures '{params.figures}'"
         " --reference {input.reference} --out-dir {params.out_dir} > {log} 2>&1"
 
 

@@ -11,8 +11,13 @@ import sys
 from pathlib import Path
 
 REPO = str(Path(workflow.basedir).resolve())
-SRC = f"{REPO}/src"  # put on PYTHONPATH by every rule, so conda envs need no package install
+SRC = f"{REPO}/src"
 sys.path.insert(0, SRC)
+from shallowrelu.workflow_config import prepend_pythonpath  # noqa: E402
+
+# Jobs inherit this environment: every rule finds the package of this checkout, also in the
+# conda environments (which do not install it) and in jobs that Snakemake submits to Slurm.
+prepend_pythonpath(SRC)
 from shallowrelu.aggregate import PAPER_TABLES  # noqa: E402
 from shallowrelu.io import run_stem  # noqa: E402  (the one place for the file layout)
 from shallowrelu.plotting import angle_figure_spec, curve_figure_spec  # noqa: E402

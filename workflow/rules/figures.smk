@@ -28,15 +28,13 @@ if ANGLE_FIGS:
         wildcard_constraints:
             fig="|".join(ANGLE_FIGS),
         params:
-            src=SRC,
             pm=lambda wc, output: notebook_params(angle_figure_spec(config, wc.fig), output),
         log:
             f"{LOGS}/figures/{{fig}}.log",
         conda:
             "../../envs/analysis.yaml"
         shell:
-            "export PYTHONPATH={params.src}${{PYTHONPATH:+:$PYTHONPATH}};"
-            " papermill {input.notebook} {output.notebook} -p figure {wildcards.fig} -y '{params.pm}'"
+            "papermill {input.notebook} {output.notebook} -p figure {wildcards.fig} -y '{params.pm}'"
             " --log-output > {log} 2>&1"
 
 
@@ -57,15 +55,13 @@ if CURVE_FIGS:
         wildcard_constraints:
             fig="|".join(CURVE_FIGS),
         params:
-            src=SRC,
             pm=lambda wc, output: notebook_params(curve_figure_spec(config, wc.fig), output),
         log:
             f"{LOGS}/figures/{{fig}}.log",
         conda:
             "../../envs/analysis.yaml"
         shell:
-            "export PYTHONPATH={params.src}${{PYTHONPATH:+:$PYTHONPATH}};"
-            " papermill {input.notebook} {output.notebook} -p figure {wildcards.fig} -y '{params.pm}'"
+            "papermill {input.notebook} {output.notebook} -p figure {wildcards.fig} -y '{params.pm}'"
             " --log-output > {log} 2>&1"
 
 

@@ -15,7 +15,6 @@ for _key in sorted(TRIALS, key=lambda k: k[:5]):
         log:
             f"{LOGS}/train/{trial_name(_key)}.log",
         params:
-            src=SRC,
             root=lambda wc, output: runs_root_of(output),
             scheme=_scheme,
             d=_d,
@@ -27,8 +26,8 @@ for _key in sorted(TRIALS, key=lambda k: k[:5]):
             n_log=TRAIN["n_log"],
             convention=TRAIN["loss_convention"],
             active_rule=TRAIN["active_rule"],
-            device=TRAIN["device"],
             dtype=TRAIN["dtype"],
+            device=TRAIN["device"],
             checkpoint=TRAIN["checkpoint_every_s"],
         threads: TRAIN["threads"]
         resources:
@@ -38,8 +37,7 @@ for _key in sorted(TRIALS, key=lambda k: k[:5]):
         conda:
             "../../envs/train.yaml"
         shell:
-            "export PYTHONPATH={params.src}${{PYTHONPATH:+:$PYTHONPATH}};"
-            " python -m shallowrelu train --scheme {params.scheme} --d {params.d} --m {params.m}"
+            "python -m shallowrelu train --scheme {params.scheme} --d {params.d} --m {params.m}"
             " --seeds {params.seed} --lambda-exps {params.exps} --out {params.root}"
             " --max-iters {params.max_iters} --n-log {params.n_log}"
             " --loss-convention {params.convention} --active-rule {params.active_rule}"
