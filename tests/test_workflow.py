@@ -178,6 +178,18 @@ def test_reference_copy_matches_shared():
     assert (REPO / "data" / "reference_tables.csv").read_bytes() == shared.read_bytes()
 
 
+@pytest.mark.parametrize("name", ["fig_angles", "fig_loss_curves"])
+def test_notebooks_have_parameters_cell(name):
+    """papermill needs a cell tagged 'parameters'; its defaults make the notebook run standalone."""
+    nb = json.loads((REPO / "notebooks" / f"{name}.ipynb").read_text())
+    tagged = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(tagged) == 1
+    params: dict = {}
+    exec("".join(tagged[0]["source"]), {}, params)
+    assert params["figure"] in ("fig7", "fig2") and params["config_file"] is None and params["runs_dir"] is None
+    assert not [c for c in nb["cells"] if c["cell_type"] == "code" and c.get("outputs")], "commit notebooks clean"
+
+
 @pytest.mark.slow
 def test_tiny_end_to_end(tmp_path):
     from PIL import Image
@@ -229,6 +241,8 @@ def test_tiny_end_to_end(tmp_path):
         nb_name = ("fig_loss_curves_" if fig in ("fig2", "fig9") else "fig_angles_") + fig + ".ipynb"
         nb = json.loads((root / "notebooks" / nb_name).read_text())
         assert not [o for c in nb["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+        injected = [c for c in nb["cells"] if "injected-parameters" in c.get("metadata", {}).get("tags", [])]
+        assert injected and f'figure = "{fig}"' in "".join(injected[0]["source"])
         assert (root / "logs" / "figures" / f"{fig}.log").exists()
 
     # nothing left to do; adding a seed plans only the new trials
