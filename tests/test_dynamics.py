@@ -219,3 +219,31 @@ def test_dynamics_workflow_tiny(tmp_path):
     for nb in ("dynamics_example31", "two_teacher_fig10", "two_teacher_fig11"):
         cells = json.loads((root / "notebooks" / f"{nb}.ipynb").read_text())["cells"]
         assert not [o for c in cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+
+
+def test_workflow_job_lists():
+    sec = dict(d=16, m=25, lambda_exp=-7, seeds=[0, 1, 2], seeds_per_job=2, fig11=dict(scheme="two-teacher-uncentred",
+               rho=3.0, seed=7), rhos={"two-teacher-centred": ["own", 2], "two-teacher-uncentred": ["own"]})
+    jobs = dy.two_teacher_jobs(sec, "R")
+    names = [j["name"] for j in jobs]
+    assert names == ["train_two_teacher_centred_rho1_seeds0_1", "train_two_teacher_centred_rho1_seeds2_2",
+                     "train_two_teacher_centred_rho2_seeds0_1", "train_two_teacher_centred_rho2_seeds2_2",
+                     "train_two_teacher_uncentred_rho0_414214_seeds0_1",
+                     "train_two_teacher_uncentred_rho0_414214_seeds2_2",
+                     "train_two_teacher_uncentred_rho3_seeds7_7"]  # Fig 11's run is not in the sweep: own job
+    j = jobs[0]
+    assert j["n"] == 32 and j["rho"] == 1.0 and j["seeds"] == [0, 1]
+    assert j["outputs"][:3] == ["R/two_teacher/rho1/two-teacher-centred/d16/m25/seed0/trial.npz",
+                                "R/two_teacher/rho1/two-teacher-centred/d16/m25/seed0/lamm7.json",
+                                "R/two_teacher/rho1/two-teacher-centred/d16/m25/seed0/lamm7.npz"]
+    ex = dy.example31_job(dict(scheme="uncentred", d=16, m=25, seed=0, lambda_exp=-7), "E")
+    assert ex["name"] == "train_example31_uncentred_d16_m25_seed0" and ex["rho"] is None and len(ex["outputs"]) == 3
+
+
+def test_rho_summary_and_break():
+    rows = [dict(scheme="two-teacher-centred", rho=r, seed=s, max_angle_pos_deg=p, max_angle_neg_deg=0.01)
+            for r, ps in ((1.0, [0.01, 0.01, 0.01]), (2.0, [0.01, 0.01, 5.0]), (4.0, [3.0, 4.0, 0.01]))
+            for s, p in enumerate(ps)]
+    summ = dy.rho_summary(pd.DataFrame(rows))
+    assert list(summ["fraction_both_aligned"].round(3)) == [1.0, 0.667, 0.333]
+    assert dy.first_unaligned_rho(summ, "two-teacher-centred") == dict(some_trial=2.0, most_trials=4.0, median=4.0)
