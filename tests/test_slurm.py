@@ -140,6 +140,14 @@ def test_tiny_workflow_on_slurm(cluster, tmp_path):
           f"+ aggregate = {len(submitted)} sbatch submissions, {len(runs)} runs checked, runs.csv has {n_rows} "
           f"rows, {proc.wall_s:.0f} s")
 
+    # -- running it again submits nothing and touches no run file ------------------------------
+    mtimes = {p: p.stat().st_mtime_ns for p in (workdir / o for o in outputs)}
+    again = _snakemake(workdir, *rules, "aggregate", "--configfile", str(tiny))
+    assert again.returncode == 0, (again.stdout + again.stderr)[-4000:]
+    assert "Nothing to be done" in again.stdout + again.stderr
+    assert "submitted with SLURM jobid" not in again.stdout + again.stderr
+    assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes
+
     # -- a deliberately failing job makes snakemake exit non-zero -------------------------------
     faildir = tmp_path / "fail"
     faildir.mkdir()
