@@ -64,6 +64,33 @@ def test_fast_batch_matches_reference_across_regimes(device, mode):
     assert reasons == {"loss_target", "max_iters"}  # both kinds of stop are exercised
 
 
+def test_fast_cpu_parts_match_reference(monkeypatch):
+    """The CPU batch split into many cache-sized parts (a few runs each, groups split) gives the
+    reference's iterates and stops."""
+    monkeypatch.setattr(fast, "CPU_PART_BYTES", 8 * 4 * 70)  # ~70 columns per part
+    monkeypatch.setattr(fast, "CPU_PART_ABOVE", 0)
+    trials = [make_trial("centred", 4, 30, 1), make_trial("uncentred", 4, 30, 2)]
+    specs = [RunSpec(tr, 4.0**e, f"{tr.scheme}{e}") for tr in trials for e in [2, 0, -3, -8]]
+    cfg = TrainConfig(max_iters=3000, n_log=30, device="cpu", loss_target=1e-4)
+    results = train(specs, cfg, progress=False)
+    for spec, res in zip(specs, results):
+        _check(res, spec.trial, spec.lam, 3000, 30, target=1e-4)
+
+
+def test_partition_respects_budget_and_keeps_every_run():
+    groups = [[0, 2, 4], [1, 3], [5]]
+    live = [30, 10, 30, 10, 30, 5]
+    parts = fast.partition(groups, live, n=4, budget_bytes=8 * 4 * 60)
+    flat = [r for p in parts for g in p for r in g]
+    assert sorted(flat) == list(range(6))
+    for p in parts:
+        cols = sum(live[r] for g in p for r in g)
+        assert cols <= 60 or sum(len(g) for g in p) == 1
+        for g in p:  # every piece stays inside one dataset group
+            assert any(set(g) <= set(G) for G in groups)
+    assert len(fast.partition(groups, live, n=4, budget_bytes=1 << 30)) == 1
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_fast_stops_inside_blocks(device, monkeypatch):
     """Loss target 1e-4: runs stop at many different iterations, also inside unchecked blocks,

@@ -119,7 +119,7 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
               warmup: int, log=print) -> dict[str, Any]:
     from .datasets import make_trial
     from .engine import RunSpec, gd_step, lambda_from_exp
-    from .fast import BLOCK_STEPS, FastStepper, certainly_dead
+    from .fast import BLOCK_STEPS, certainly_dead, make_stepper
     from .model import get_convention
 
     conv = get_convention("authors")
@@ -131,9 +131,9 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
     b_ref = light_batch(specs, dev)
     b_fast = light_batch(specs, dev)
     b_one = light_batch(specs[:1], dev)
-    st = FastStepper(b_fast, kappa, lr, target)
+    st = make_stepper(b_fast, kappa, lr, target)
     st.load(b_fast, 0)
-    st1 = FastStepper(b_one, kappa, lr, target)
+    st1 = make_stepper(b_one, kappa, lr, target)
     st1.load(b_one, 0)
     tr0 = trials[0]
     naive_lams = [exps[0], exps[len(exps) // 2], exps[-1]]
@@ -179,7 +179,7 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
     live_early = st.total_live
     # late phase: train on (real stop target now) so that dead neurons can leave the step
     t_warm = time.perf_counter()
-    st_w = FastStepper(b_fast, kappa, lr, conv.target)
+    st_w = make_stepper(b_fast, kappa, lr, conv.target)
     st_w.load(b_fast, 0)
     st_w.steps(warmup)
     st_w.store(b_fast)
@@ -187,7 +187,7 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
     dead = certainly_dead(b_fast.W, b_fast.X)
     still = int(b_fast.running.sum())
     b_fast.running.fill_(True)  # time every run, also those that met the target during warm-up
-    st_late = FastStepper(b_fast, kappa, lr, target)
+    st_late = make_stepper(b_fast, kappa, lr, target)
     st_late.load(b_fast, warmup)
     st_late.steps(2 * gs)
     k_late = max(gs, _calibrate(fast_fn(st_late), 1e-4, seconds, dev) // gs * gs)
