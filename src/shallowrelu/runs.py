@@ -13,7 +13,7 @@ import hashlib
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
