@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from collections.abc import Sequence
 
 import numpy as np
 
