@@ -190,12 +190,14 @@ def test_macros_are_valid_and_cover_text(built):
 
 def test_far_cell_verdict_rule_directly():
     th = rp.Thresholds()
-    assert rp.verdict(10.0, 10.5, 9.0, 11.0, 5, th) == "agree"  # within range
+    assert rp.inner_range([5.0, 1.0, 4.0, 2.0, 3.0]) == (2.0, 4.0)
+    assert np.isnan(rp.inner_range([1.0, 2.0, 3.0])).all()
     assert rp.verdict(10.0, 12.0, 11.0, 13.0, 5, th) == "agree"  # |log10 1.2| < 0.1
-    assert rp.verdict(10.0, 25.0, 21.0, 30.0, 5, th) == "marginal"
+    assert rp.verdict(10.0, 0.5, 0.1, 50.0, 5, th, (0.2, 20.0)) == "agree"  # middle trials cover the paper
+    assert rp.verdict(10.0, 0.5, 0.1, 50.0, 5, th, (0.2, 0.9)) == "marginal"  # only the extremes do
+    assert rp.verdict(10.0, 25.0, 21.0, 30.0, 5, th) == "marginal"  # within a factor 10^0.5
     assert rp.verdict(10.0, 1e4, 9e3, 2e4, 5, th) == "disagree"
     assert rp.verdict(10.0, 0.0, 0.0, 0.0, 5, th) == "disagree"  # log ratio -inf
-    assert rp.verdict(10.0, 0.5, 0.1, 50.0, 5, th) == "agree"  # wide spread covers the paper
     assert rp.verdict(10.0, float("nan"), np.nan, np.nan, 0, th) == "missing"
     with pytest.raises(ValueError, match="marginal_log10"):
         rp.Thresholds(agree_log10=1.0, marginal_log10=0.5).validate()

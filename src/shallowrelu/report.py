@@ -14,9 +14,10 @@ our median/std/min/max/n and the paper's median/std). Outputs, all written atomi
   covered cells (PDF + PNG under the figures directory).
 
 Verdict of one cell (thresholds in :class:`Thresholds`, documented in docs/report.md):
-``agree`` when the paper's median lies within our trials' [min, max] or
-|log10(ours/paper)| ≤ ``agree_log10``; otherwise ``marginal`` when |log10 ratio| ≤
-``marginal_log10``; otherwise ``disagree``.
+``agree`` when |log10(ours/paper)| ≤ ``agree_log10`` or the paper's median lies within the
+range of our middle trials (second smallest to second largest, with ≥ 4 trials); otherwise
+``marginal`` when |log10 ratio| ≤ ``marginal_log10`` or the paper's median lies within our
+trials' [min, max] (consistent only given the spread); otherwise ``disagree``.
 """
 
 from __future__ import annotations
@@ -166,16 +167,35 @@ def log10_ratio(ours: float, paper: float) -> float:
     return math.log10(ours / paper)
 
 
-def verdict(paper_median: float, median: float, lo: float, hi: float, n: int, th: Thresholds) -> str:
-    """'agree', 'marginal' or 'disagree' for one cell (rule in the module docstring)."""
+def inner_range(values) -> tuple[float, float]:
+    """(second smallest, second largest) of the finite values when there are at least 4, else NaNs.
+
+    For five trials this is the range of the middle three, a ~62 % confidence interval for the
+    median of the trials' distribution (the full range is a ~94 % one).
+    """
+    v = np.sort(np.asarray(values, float)[np.isfinite(np.asarray(values, float))])
+    return (float(v[1]), float(v[-2])) if v.size >= 4 else (float("nan"), float("nan"))
+
+
+def _within(x: float, lo: float, hi: float) -> bool:
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return False
+    tol = 1e-12 * max(abs(x), 1e-300)
+    return bool(lo - tol <= x <= hi + tol)
+
+
+def verdict(paper_median: float, median: float, lo: float, hi: float, n: int, th: Thresholds,
+            inner: tuple[float, float] = (float("nan"), float("nan"))) -> str:
+    """'agree', 'marginal' or 'disagree' for one cell (rule in the module docstring).
+
+    ``lo``/``hi``: our trials' min and max; ``inner``: :func:`inner_range` of our trials.
+    """
     if not (n and np.isfinite(median) and np.isfinite(paper_median)):
         return "missing"
-    tol = 1e-12 * max(abs(paper_median), 1e-300)
-    within = (lo - tol) <= paper_median <= (hi + tol) if np.isfinite(lo) and np.isfinite(hi) else False
     lr = abs(log10_ratio(median, paper_median))
-    if within or lr <= th.agree_log10:
+    if lr <= th.agree_log10 or _within(paper_median, *inner):
         return "agree"
-    if lr <= th.marginal_log10:
+    if lr <= th.marginal_log10 or _within(paper_median, lo, hi):
         return "marginal"
     return "disagree"
 
@@ -217,8 +237,18 @@ def compare_cells(cells, runs, th: Thresholds):
     df["abs_log10_ratio"] = df["log10_ratio"].abs()
     df["paper_within_range"] = (df["min"] <= df["paper_median"]) & (df["paper_median"] <= df["max"])
     df["z_paper_std"] = (df["median"] - df["paper_median"]) / df["paper_std"]
-    df["verdict"] = [verdict(p, md, lo, hi, n, th) for p, md, lo, hi, n in
-                     zip(df["paper_median"], df["median"], df["min"], df["max"], df["n"])]
+    inner = {}
+    for key, grp in runs.groupby(CELL_KEY):
+        for metric in METRICS:
+            inner[key + (metric,)] = inner_range(grp[metric])
+    nan2 = (float("nan"), float("nan"))
+    df["inner_lo"] = [inner.get(tuple(r) , nan2)[0] for r in df[CELL_KEY + ["metric"]].itertuples(index=False)]
+    df["inner_hi"] = [inner.get(tuple(r), nan2)[1] for r in df[CELL_KEY + ["metric"]].itertuples(index=False)]
+    df["paper_within_inner"] = [_within(p, a, b) for p, a, b in zip(df["paper_median"], df["inner_lo"],
+                                                                      df["inner_hi"])]
+    df["verdict"] = [verdict(p, md, lo, hi, n, th, (a, b)) for p, md, lo, hi, n, a, b in
+                     zip(df["paper_median"], df["median"], df["min"], df["max"], df["n"], df["inner_lo"],
+                         df["inner_hi"])]
     capped = (runs.assign(capped=runs["stop_reason"].astype(str) == "max_iters")
               .groupby(CELL_KEY, as_index=False)
               .agg(n_capped=("capped", "sum"), iterations_median=("iterations", "median"),
@@ -271,6 +301,7 @@ def summarise(cmp, reference, by: list[str]):
             row[v] = int((sel["verdict"] == v).sum())
         row["frac_agree"] = row["agree"] / row["covered"] if row["covered"] else float("nan")
         row["within_range"] = int(sel["paper_within_range"].sum())
+        row["within_middle"] = int(sel["paper_within_inner"].sum()) if "paper_within_inner" in sel else 0
         row["median_abs_log10"] = float(finite.median()) if finite.notna().any() else float("nan")
         row["max_abs_log10"] = float(sel["abs_log10_ratio"].max()) if len(sel) else float("nan")
         if len(sel):
@@ -304,13 +335,14 @@ def end_rule_comparison(runs, cmp, th: Thresholds):
         per_run = runs.assign(_chg=_rel_change(runs[f"end_rule_{metric}"], runs[metric]) > th.change_rel)
         n_changed = per_run.groupby(CELL_KEY)["_chg"].sum().rename("runs_changed").reset_index()
         agg = agg.merge(n_changed, on=CELL_KEY)
+        inner = {k: inner_range(v) for k, v in runs.groupby(CELL_KEY)[f"end_rule_{metric}"]}
         for _, r in agg.iterrows():
             key = tuple(r[c] for c in CELL_KEY) + (metric,)
             pm = paper.loc[key] if key in paper.index else None
             p_med = float(pm["paper_median"]) if pm is not None else float("nan")
             v_init = pm["verdict"] if pm is not None else "missing"
-            v_end = verdict(p_med, r["end_median"], r["end_min"], r["end_max"], int(r["n"]), th) \
-                if pm is not None else "missing"
+            v_end = verdict(p_med, r["end_median"], r["end_min"], r["end_max"], int(r["n"]), th,
+                            inner[key[:-1]]) if pm is not None else "missing"
             rows.append({**{c: r[c] for c in CELL_KEY}, "metric": metric,
                          "table": int(pm["table"]) if pm is not None else np.nan,
                          "init_median": r["init_median"], "end_median": r["end_median"],
@@ -360,7 +392,8 @@ def loss_convention_comparison(runs_all, primary: str, cmp, th: Thresholds):
                              "log10_other_over_primary": log10_ratio(o.median(), grp[f"{metric}_p"].median()),
                              "iterations_ratio_median": grp["it_ratio"].median(), "paper_median": p_med,
                              "verdict_primary": pm["verdict"] if pm is not None else "missing",
-                             "verdict_other": verdict(p_med, o.median(), o.min(), o.max(), len(grp), th)
+                             "verdict_other": verdict(p_med, o.median(), o.min(), o.max(), len(grp), th,
+                                                      inner_range(o))
                              if pm is not None else "missing"})
     return pd.DataFrame(rows, columns=cols), others
 
@@ -603,6 +636,14 @@ def _tabular(header: list[str], rows: list[list[str]], align: str, caption_note:
     return "\n".join(out) + "\n"
 
 
+def _commits_tex(commits: str, keep: int = 2) -> str:
+    """Short git commits for a table cell: the first ``keep`` (10 hex digits, '+' if dirty) and a count."""
+    cs = [c for c in str(commits).split("; ") if c]
+    short = [c[:10] + ("+" if c.endswith("-dirty") else "") for c in cs[:keep]]
+    more = f" (+{len(cs) - keep} more)" if len(cs) > keep else ""
+    return r"\texttt{" + tex_escape(", ".join(short)) + "}" + more
+
+
 def _lam(e: Any) -> str:
     return f"$4^{{{int(e)}}}$"
 
@@ -807,6 +848,7 @@ def build_report(
         M.add(f"Ncells{v.capitalize()}", int((ucmp["verdict"] == v).sum()))
     M.add("PctAgree", f"{100 * (ucmp['verdict'] == 'agree').mean():.0f}" if n_cov else "--")
     M.add("NcellsWithinRange", int(ucmp["paper_within_range"].sum()))
+    M.add("NcellsWithinMiddle", int(ucmp["paper_within_inner"].sum()))
     M.add("NcellsCapped", int((ucmp["n_capped"] > 0).sum()))
     fin = ucmp["abs_log10_ratio"].replace([np.inf], np.nan)
     M.add("MedianAbsLogRatio", tex_num(fin.median()) if fin.notna().any() else "--")
@@ -895,7 +937,10 @@ def build_report(
     M.add("TotalComputeHours", tex_num(tot["compute_time_s"] / 3600))
     M.add("TotalComputeSeconds", tex_num(tot["compute_time_s"]))
     M.add("Devices", tex_escape(tot["devices"]))
-    M.add("GitCommits", tex_escape(tot["git_commits"]))
+    commits = [c for c in str(tot["git_commits"]).split("; ") if c]
+    more = f" (and {len(commits) - 3} more)" if len(commits) > 3 else ""
+    M.add("GitCommits", tex_escape("; ".join(commits[:3])) + more)
+    M.add("NgitCommits", len(commits))
     M.add("NrunRecords", len(records) + len(curve_recs))
     atomic_write_text(paper_dir / "macros.tex", M.text())
 
@@ -908,19 +953,20 @@ def build_report(
         rows.append([str(int(r["table"])), str(int(r["figure"])), tex_escape(METRIC_LABEL[r["metric"]]),
                      tex_escape(r["scheme"]), str(int(r["paper_cells"])), str(int(r["covered"])),
                      str(int(r["agree"])), str(int(r["marginal"])), str(int(r["disagree"])),
-                     str(int(r["within_range"])), tex_num(r["median_abs_log10"]), tex_num(r["max_abs_log10"])])
+                     str(int(r["within_middle"])), str(int(r["within_range"])), tex_num(r["median_abs_log10"]),
+                     tex_num(r["max_abs_log10"])])
     w("tab_summary_tables.tex", _tabular(
-        ["Table", "Fig.", "metric", "scheme", "paper", "ours", "agree", "marg.", "disagr.", "in range",
-         r"med.\ $|\log_{10} r|$", r"max $|\log_{10} r|$"], rows, "rrllrrrrrrrr"))
+        ["Table", "Fig.", "metric", "scheme", "paper", "ours", "agree", "marg.", "disagr.", "in middle",
+         "in range", r"med.\ $|\log_{10} r|$", r"max $|\log_{10} r|$"], rows, "rrllrrrrrrrrr"))
     rows = []
     for _, r in by_metric.iterrows():
         rows.append([tex_escape(METRIC_LABEL[r["metric"]]), str(int(r["paper_cells"])), str(int(r["covered"])),
                      str(int(r["agree"])), str(int(r["marginal"])), str(int(r["disagree"])),
-                     str(int(r["within_range"])), tex_num(r["median_abs_log10"]), tex_num(r["max_abs_log10"]),
-                     tex_escape(r["worst_cell"])])
+                     str(int(r["within_middle"])), str(int(r["within_range"])), tex_num(r["median_abs_log10"]),
+                     tex_num(r["max_abs_log10"]), tex_escape(r["worst_cell"])])
     w("tab_summary_metrics.tex", _tabular(
-        ["metric", "paper", "ours", "agree", "marg.", "disagr.", "in range", r"med.\ $|\log_{10} r|$",
-         r"max $|\log_{10} r|$", "worst cell"], rows, "lrrrrrrrrl"))
+        ["metric", "paper", "ours", "agree", "marg.", "disagr.", "in middle", "in range",
+         r"med.\ $|\log_{10} r|$", r"max $|\log_{10} r|$", "worst cell"], rows, "lrrrrrrrrrl"))
     rows = []
     for _, r in worst.iterrows():
         rows.append([str(int(r["table"])), _cell_label(r), tex_num(r["paper_median"]), tex_num(r["median"]),
@@ -996,9 +1042,9 @@ def build_report(
     for _, r in prov.iterrows():
         rows.append([tex_escape(r["figure"]), str(int(r["runs"])), str(int(r["trials"])),
                      tex_num(r["total_iterations"]), tex_num(r["compute_time_s"]), str(int(r["runs_capped"])),
-                     tex_escape(r["devices"]), r"\texttt{" + tex_escape(r["git_commits"]) + "}"])
+                     tex_escape(r["devices"]), _commits_tex(r["git_commits"])])
     w("tab_provenance.tex", _tabular(["figure", "runs", "trials", "iterations", "compute (s)", "capped",
-                                      "devices", "git commit"], rows, "lrrrrrlp{4.2cm}"))
+                                      "devices", "git commits (+: modified tree)"], rows, "lrrrrrll"))
     rows = [[tex_escape(k), tex_escape(v)] for k, v in vers]
     w("tab_versions.tex", _tabular(["package", "versions in the run records"], rows, "ll",
                                    empty="No run records (summary JSONs) were available to the report."))
@@ -1110,6 +1156,10 @@ def run(args: argparse.Namespace) -> int:
 # summaries of other families' JSON results (Appendix I, Example 31) as LaTeX
 
 
+class _Tex(str):
+    """A string that is already LaTeX (not escaped again)."""
+
+
 def flatten_json(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
     """(dotted key, scalar) pairs of a nested JSON value; lists are indexed from 1."""
     out: list[tuple[str, Any]] = []
@@ -1117,8 +1167,8 @@ def flatten_json(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
         for k, v in obj.items():
             out += flatten_json(v, f"{prefix}.{k}" if prefix else str(k))
     elif isinstance(obj, list) and obj and all(not isinstance(v, (dict, list)) for v in obj):
-        out.append((prefix, ", ".join(tex_num(v) if isinstance(v, (int, float)) and not isinstance(v, bool)
-                                      else tex_escape(v) for v in obj)))
+        out.append((prefix, _Tex(", ".join(tex_num(v) if isinstance(v, (int, float)) and not isinstance(v, bool)
+                                           else tex_escape(v) for v in obj))))
     elif isinstance(obj, list):
         for i, v in enumerate(obj, 1):
             out += flatten_json(v, f"{prefix}[{i}]")
@@ -1144,7 +1194,7 @@ def json_tables_tex(paths: Iterable[str | Path], max_rows: int = 60) -> str:
             elif isinstance(v, (int, float)):
                 val = tex_int(v) if isinstance(v, int) else tex_num(v)
             else:
-                val = v if isinstance(v, str) and v.startswith(("\\ensuremath", "$")) else tex_escape(v)
+                val = v if isinstance(v, _Tex) else tex_escape(v)
             rows.append([r"\texttt{" + tex_escape(k) + "}", val])
         note = (rf"\par\noindent\emph{{{len(items) - max_rows} more entries in the file.}}\par"
                 if len(items) > max_rows else "")
