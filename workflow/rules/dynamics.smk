@@ -39,7 +39,6 @@ if DYN.get("enabled", False):
             tables=EX31_TABLES,
             notebook=f"{NOTEBOOKS}/dynamics_example31.ipynb",
         params:
-            src=SRC,
             pm=as_json(dict(runs_dir=DYN_ROOT, figures_dir=FIGURES, tables_dir=TABLES, scheme=DYN["scheme"],
                             d=DYN["d"], m=DYN["m"], seed=DYN["seed"], lambda_exp=DYN["lambda_exp"],
                             arsinh_unit=DYN["arsinh_unit"], threshold_deg=DYN["threshold_deg"])),
@@ -48,8 +47,7 @@ if DYN.get("enabled", False):
         conda:
             "../../envs/analysis.yaml"
         shell:
-            "export PYTHONPATH={params.src}${{PYTHONPATH:+:$PYTHONPATH}};"
-            " papermill {input.notebook} {output.notebook} -y '{params.pm}' --log-output > {log} 2>&1"
+            "papermill {input.notebook} {output.notebook} -y '{params.pm}' --log-output > {log} 2>&1"
 
     for _fig in ("example31", "fig3", "fig4", "fig5", "fig6"):
 
@@ -93,15 +91,13 @@ if TT.get("enabled", False):
                 files=TT_OUT[_fig],
                 notebook=f"{NOTEBOOKS}/two_teacher_{_fig}.ipynb",
             params:
-                src=SRC,
-                pm=as_json(dict(TT_PM, figure=_fig)),
+                    pm=as_json(dict(TT_PM, figure=_fig)),
             log:
                 f"{LOGS}/dynamics/two_teacher_{_fig}.log",
             conda:
                 "../../envs/analysis.yaml"
             shell:
-                "export PYTHONPATH={params.src}${{PYTHONPATH:+:$PYTHONPATH}};"
-                " papermill {input.notebook} {output.notebook} -y '{params.pm}' --log-output > {log} 2>&1"
+                "papermill {input.notebook} {output.notebook} -y '{params.pm}' --log-output > {log} 2>&1"
 
         rule:
             name:
@@ -121,7 +117,6 @@ for _job in DYN_JOBS:
         log:
             f"{LOGS}/train/{_job['name']}.log",
         params:
-            src=SRC,
             root=lambda wc, output: runs_root_of(output),
             scheme=_job["scheme"],
             d=_job["d"],
@@ -146,8 +141,7 @@ for _job in DYN_JOBS:
         conda:
             "../../envs/train.yaml"
         shell:
-            "export PYTHONPATH={params.src}${{PYTHONPATH:+:$PYTHONPATH}};"
-            " python -m shallowrelu train --scheme {params.scheme} --d {params.d} --m {params.m}"
+            "python -m shallowrelu train --scheme {params.scheme} --d {params.d} --m {params.m}"
             " --seeds {params.seeds} --lambda-exps {params.exps} --out {params.root}"
             " --max-iters {params.max_iters} --n-log {params.n_log}"
             " --loss-convention {params.convention} --active-rule {params.active_rule}"
