@@ -222,6 +222,15 @@ def test_outputs_list_matches_what_is_written(built):
     assert written <= listed, sorted(str(p) for p in written - listed)
 
 
+def test_tex_numbers():
+    assert rp.tex_num(1180.4) == "1180" and rp.tex_num(0.1371) == "0.137" and rp.tex_num(12) == "12"
+    assert rp.tex_num(2e7) == r"\ensuremath{2\times10^{7}}"
+    assert rp.tex_num(4.71e-6) == r"\ensuremath{4.71\times10^{-6}}"
+    assert rp.tex_num(float("nan")) == "--" and rp.tex_num(0.0) == "0"
+    with pytest.raises(ValueError, match="letters only"):
+        rp.Macros().add("N2", 1)
+
+
 def test_bad_input_named(tmp_path):
     bad = tmp_path / "runs.csv"
     pd.DataFrame({"scheme": ["centred"], "d": [4]}).to_csv(bad, index=False)

@@ -572,8 +572,7 @@ def tex_num(x: Any, sig: int = 3, math_mode: bool = False) -> str:
         return f"{int(x)}"
     ax = abs(x)
     if 1e-3 <= ax < 1e4:
-        s = f"{x:.{sig}g}"
-        return s
+        return f"{x:.0f}" if ax >= 10 ** sig else f"{x:.{sig}g}"
     mant, exp = f"{x:.{sig - 1}e}".split("e")
     mant = mant.rstrip("0").rstrip(".") if "." in mant else mant
     s = rf"{mant}\times10^{{{int(exp)}}}"
