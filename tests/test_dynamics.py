@@ -247,3 +247,17 @@ def test_rho_summary_and_break():
     summ = dy.rho_summary(pd.DataFrame(rows))
     assert list(summ["fraction_both_aligned"].round(3)) == [1.0, 0.667, 0.333]
     assert dy.first_unaligned_rho(summ, "two-teacher-centred") == dict(some_trial=2.0, most_trials=4.0, median=4.0)
+
+
+@pytest.mark.parametrize("name", ["dynamics_example31", "two_teacher"])
+def test_notebooks_parameters_cell_and_clean(name):
+    import json
+    from pathlib import Path
+
+    nb = json.loads((Path(__file__).resolve().parents[1] / "notebooks" / f"{name}.ipynb").read_text())
+    tagged = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(tagged) == 1
+    params: dict = {}
+    exec("".join(tagged[0]["source"]), {}, params)
+    assert params["config_file"] is None and params["runs_dir"] is None
+    assert not [c for c in nb["cells"] if c["cell_type"] == "code" and c.get("outputs")]
