@@ -348,3 +348,25 @@ def test_killed_process_resumes_bit_identical(tmp_path, reference, sig):
 def test_training_interrupted_is_a_system_exit():
     assert issubclass(TrainingInterrupted, SystemExit)
     assert TrainingInterrupted(143).code == 143
+
+
+def test_fast_path_resume_bit_identical_after_neurons_die(tmp_path, monkeypatch, capsys, one_thread):
+    """A size at which neurons die during training, so the fast stepper's layout (the neurons
+    it carries) changes between logging points: a job resumed late must still match the
+    uninterrupted one bit for bit (the engine rebuilds the CPU layout at each logging point)."""
+    job = dict(scheme="uncentred", d=16, m=100, seeds=[0], lambda_exps=[0, -2, -4, -6])
+    cfg = _cfg(max_iters=8000, n_log=40)
+    assert cfg.engine == "fast"
+
+    def run(root):
+        train_trials(root, job["scheme"], job["d"], job["m"], job["seeds"], job["lambda_exps"], cfg, progress=False)
+
+    run(tmp_path / "ref")
+    with monkeypatch.context() as mp:
+        _kill_after_checkpoint(mp, lambda st: st["log_index"] == 30)
+        with pytest.raises(_Killed):
+            run(tmp_path / "killed")
+    capsys.readouterr()
+    run(tmp_path / "killed")
+    assert "resumed from checkpoint" in capsys.readouterr().err
+    _assert_identical(_load_runs(tmp_path / "killed"), _load_runs(tmp_path / "ref"))

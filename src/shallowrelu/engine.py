@@ -372,6 +372,20 @@ def _sigterm_flag(enabled: bool):
 CHECKPOINT_FORMAT = 2
 
 
+def _fresh_layout_on_cpu(b: _Batch) -> None:
+    """On the CPU, let the fast path lay the batch out afresh at every logging point, from the
+    state there, exactly as a job resumed from a checkpoint at that point does.
+
+    The fast stepper (fast.py) keeps its layout between chunks, e.g. neurons that died since
+    it was built; a different layout changes BLAS blocking and so the last bits. Rebuilding
+    it at each logging point makes the iterates a function of the checkpointed state alone,
+    so resumed runs are bit-identical on the CPU (tests/test_resume.py). On CUDA the stepper
+    (and its captured graphs) is kept; resumed runs agree there to rounding.
+    """
+    if b.W.device.type == "cpu":
+        b.__dict__.pop("_fast", None)
+
+
 def _spec_fingerprint(s: RunSpec) -> str:
     """Hash of everything that defines one run's iterates: its trial's data and λ."""
     h = hashlib.sha256(repr((s.key, float(s.lam), s.trial.X.shape, s.trial.z.shape)).encode())
@@ -478,6 +492,7 @@ def _train_group(specs: list[RunSpec], cfg: TrainConfig, ck: Path | None, progre
     while True:
         if resumed:  # the checkpoint was written after this logging point's decisions
             resumed = False
+            _fresh_layout_on_cpu(b)
             li, t = _train_chunk(b, li, log_pts, kappa, lr, target, sync_every, cfg.engine)
             continue
         # -- decide stops at logging point t (same order as the reference trainer) -----------
@@ -531,6 +546,7 @@ def _train_group(specs: list[RunSpec], cfg: TrainConfig, ck: Path | None, progre
             print(f"[{desc}] signal {signum} received: checkpoint written at iteration {t:,} to {ck}; "
                   "rerun the same command to resume", file=sys.stderr, flush=True)
             raise TrainingInterrupted(128 + signum)
+        _fresh_layout_on_cpu(b)
         li, t = _train_chunk(b, li, log_pts, kappa, lr, target, sync_every, cfg.engine)
     bar.close()
     if ck is not None and ck.exists():
