@@ -64,7 +64,6 @@ rule reproduction_report:
         md=REPORT_FILES["md"],
         figures=REPORT_FILES["figures"],
     params:
-        src=SRC,
         runs_root=lambda wc: RUNS,
         grids=lambda wc: as_json(PAPER_GRIDS),
         alt=" ".join(PAPER.get("alt_results", [])),
@@ -77,8 +76,7 @@ rule reproduction_report:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "export PYTHONPATH={params.src}${{PYTHONPATH:+:$PYTHONPATH}};"
-        " python -m shallowrelu report --runs {input.runs} --cells {input.cells} --reference {input.reference}"
+        "python -m shallowrelu report --runs {input.runs} --cells {input.cells} --reference {input.reference}"
         " --tables-dir {params.tables} --paper-dir {params.paper_dir} --figures-dir {params.figures}"
         " --runs-root {params.runs_root} --figure-grids '{params.grids}' {params.th}"
         " --alt-runs {params.alt} > {log} 2>&1"
@@ -92,15 +90,12 @@ if APPI_JSON:
             APPI_JSON,
         output:
             APPI_TEX,
-        params:
-            src=SRC,
         log:
             f"{LOGS}/paper/appendix_i.log",
         conda:
             "../../envs/analysis.yaml"
         shell:
-            "export PYTHONPATH={params.src}${{PYTHONPATH:+:$PYTHONPATH}};"
-            " python -m shallowrelu.report json-tables --out {output} {input} > {log} 2>&1"
+            "python -m shallowrelu.report json-tables --out {output} {input} > {log} 2>&1"
 
 
 rule companion_pdf:
