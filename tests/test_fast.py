@@ -25,8 +25,10 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 @pytest.fixture(params=["step", "blocks"])
 def mode(request, monkeypatch):
-    """'blocks': unchecked blocks of steps with one stop test each (CUDA's default), on any device."""
+    """'blocks': CUDA's way on any device: unchecked blocks of steps with one stop test each,
+    and h(x_i) by the (runs × columns) selector product."""
     monkeypatch.setattr(fast, "CPU_BLOCKS", request.param == "blocks")
+    monkeypatch.setattr(fast, "H_BY_SELECTOR", request.param == "blocks")
     return request.param
 
 

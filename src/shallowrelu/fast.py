@@ -38,6 +38,7 @@ import torch
 ROUNDING_MARGIN = 4.0  # multiples of (d + 2)·u, u = 2^-53, in the dead-neuron test
 BLOCK_STEPS = 32  # steps per block without stop tests (one CUDA graph on CUDA)
 CPU_BLOCKS = False  # unchecked blocks also without CUDA graphs (tests switch this on)
+H_BY_SELECTOR = False  # h by the selector product (CUDA's way) also on the CPU (tests switch this on)
 SHRINK_FRACTION = 0.85  # rebuild the layout when the live width falls below this share of it
 CPU_PART_BYTES = 1 << 18  # CPU: (columns × n) float64 buffer of one part ...
 CPU_PART_ABOVE = 1 << 22  # ... when the whole batch's buffer is larger than this (else one part)
@@ -169,7 +170,7 @@ class FastStepper:
         self.B = torch.empty(S, C, d, dtype=dt, device=dev)
         # CUDA: h by a (S, Q, C) selector product (deterministic); CPU: index_add (sequential)
         self.select = None
-        if dev.type == "cuda":
+        if dev.type == "cuda" or H_BY_SELECTOR:
             onehot = torch.zeros(S, Q, C, dtype=dt, device=dev)
             q_of_col = (self.col_slot.view(S, C) - torch.arange(S, device=dev)[:, None] * Q)
             onehot.scatter_(1, q_of_col[:, None, :], 1.0)
