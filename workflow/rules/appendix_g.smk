@@ -24,19 +24,6 @@ if APPG.get("enabled", False):
     APPG_TARGETS = list(APPG_TABLE.values()) + [APPG_SCAN] + list(APPG_SWEEPS.values()) + APPG_FIGS + [APPG_NOTEBOOK]
     DEFAULT_TARGETS.extend(APPG_TARGETS)
 
-    def _appg_list(xs):
-        return " ".join(repr(float(x)) for x in xs)
-
-    def _appg_sweep_args(name):
-        """CLI arguments of one sweep dataset: family, d, its parameter and the training settings."""
-        ds = APPG["sweep"]["datasets"][name]
-        sw = APPG["sweep"]
-        par = f"--xi {float(ds['xi'])}" if ds["family"] == "negative" else f"--b {float(ds['b'])}"
-        lr = "" if sw.get("lr") is None else f" --lr {float(sw['lr'])}"
-        return (f"--family {ds['family']} --d {int(ds['d'])} {par} --m {int(sw['m'])} --seed {int(sw['seed'])}"
-                f" --lambda-exps {' '.join(str(int(e)) for e in sw['lambda_exps'])}"
-                f" --loss-convention {sw['loss_convention']}{lr} --loss-target {float(sw['loss_target'])}"
-                f" --max-iters {int(sw['max_iters'])} --n-log {int(sw['n_log'])}")
 
     rule appendix_g_table:
         """Table of M, the certificate and the convex minimum norm (Thm. 8) for d × ξ × b."""
@@ -46,8 +33,8 @@ if APPG.get("enabled", False):
         params:
             src=SRC,
             dims=" ".join(str(int(d)) for d in APPG["table"]["dims"]),
-            xis=_appg_list(APPG["table"]["xis"]),
-            bs=_appg_list(APPG["table"]["bs"]),
+            xis=appg_list(APPG["table"]["xis"]),
+            bs=appg_list(APPG["table"]["bs"]),
             n_starts=APPG["n_starts"],
         log:
             f"{LOGS}/appendix_g/table.log",
@@ -65,8 +52,8 @@ if APPG.get("enabled", False):
         params:
             src=SRC,
             dims=" ".join(str(int(d)) for d in APPG["scan"]["dims"]),
-            xis=_appg_list(APPG["scan"]["xis"]),
-            bs=_appg_list(APPG["scan"]["bs"]),
+            xis=appg_list(APPG["scan"]["xis"]),
+            bs=appg_list(APPG["scan"]["bs"]),
             n_starts=APPG["n_starts"],
             min_norm="" if APPG["scan"]["min_norm"] else "--no-min-norm",
         log:
@@ -86,7 +73,7 @@ if APPG.get("enabled", False):
             name="|".join(APPG_SWEEPS),
         params:
             src=SRC,
-            args=lambda wc: _appg_sweep_args(wc.name),
+            args=lambda wc: appg_sweep_args(wc.name),
         threads: 1
         log:
             f"{LOGS}/appendix_g/sweep_{{name}}.log",

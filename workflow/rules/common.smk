@@ -188,3 +188,20 @@ def table_files():
     numbers = sorted({n for (fig, _metric, scheme), n in PAPER_TABLES.items()
                       if f"fig{fig}" in figs and scheme in figs[f"fig{fig}"]["schemes"]})
     return [f"{TABLES}/table{n}.tex" for n in numbers]
+
+
+# -- Appendix G helpers (used by workflow/rules/appendix_g.smk) --------------------------
+def appg_list(xs):
+    """Floats as space-separated CLI arguments."""
+    return " ".join(repr(float(x)) for x in xs)
+
+def appg_sweep_args(name):
+    """CLI arguments of one sweep dataset: family, d, its parameter and the training settings."""
+    sw = config["appendix_g"]["sweep"]
+    ds = sw["datasets"][name]
+    par = f"--xi {float(ds['xi'])}" if ds["family"] == "negative" else f"--b {float(ds['b'])}"
+    lr = "" if sw.get("lr") is None else f" --lr {float(sw['lr'])}"
+    return (f"--family {ds['family']} --d {int(ds['d'])} {par} --m {int(sw['m'])} --seed {int(sw['seed'])}"
+            f" --lambda-exps {' '.join(str(int(e)) for e in sw['lambda_exps'])}"
+            f" --loss-convention {sw['loss_convention']}{lr} --loss-target {float(sw['loss_target'])}"
+            f" --max-iters {int(sw['max_iters'])} --n-log {int(sw['n_log'])}")
