@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from .datasets import SCHEMES, check_scheme, check_sizes
 from .engine import ACTIVE_RULES, TrainConfig

@@ -120,7 +120,7 @@ class Trial:
         return arrays
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> "Trial":
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> Trial:
         names = sorted({k[5:-2] for k in arrays if k.startswith("eval_") and k.endswith("_X")})
         return cls(
             scheme=str(arrays["meta_scheme"]),
@@ -143,7 +143,7 @@ class Trial:
         atomic_save_npz(path, self.to_arrays())
 
     @classmethod
-    def load(cls, path: str | Path) -> "Trial":
+    def load(cls, path: str | Path) -> Trial:
         with np.load(path, allow_pickle=False) as f:
             return cls.from_arrays({k: f[k] for k in f.files})
 
@@ -238,7 +238,8 @@ def make_trial(scheme: str, d: int, m: int, seed: int, rho: float | None = None)
     sd = math.sqrt(rho / d)
     if scheme.startswith("two-teacher"):
         half = n // 2
-        Xv = np.concatenate([mu + sd * eval_rng.standard_normal((half, d)), -mu + sd * eval_rng.standard_normal((half, d))])
+        Xv = np.concatenate([mu + sd * eval_rng.standard_normal((half, d)),
+                             -mu + sd * eval_rng.standard_normal((half, d))])
     else:
         Xv = mu + sd * eval_rng.standard_normal((n, d))
     eval_sets["val"] = (Xv, teacher(Xv))

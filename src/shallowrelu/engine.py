@@ -24,10 +24,11 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -57,7 +58,7 @@ class TrainConfig:
     sync_every: int = 0  # 0: 1 on the CPU, 64 on CUDA
     engine: str = "fast"  # 'fast' (fast.py, same iterates) or 'reference' (gd_step below)
 
-    def validate(self) -> "TrainConfig":
+    def validate(self) -> TrainConfig:
         get_convention(self.loss_convention, self.lr, self.loss_target)
         if not isinstance(self.max_iters, (int, np.integer)) or self.max_iters < 1:
             raise ValueError(f"iteration cap max_iters must be an integer >= 1, got {self.max_iters!r}")
@@ -185,7 +186,7 @@ class _Batch:
         return out
 
     @classmethod
-    def from_state(cls, st: dict[str, Any], dev: torch.device) -> "_Batch":
+    def from_state(cls, st: dict[str, Any], dev: torch.device) -> _Batch:
         b = cls.__new__(cls)
         for name in cls.TENSORS:
             setattr(b, name, st[name].to(dev))

@@ -51,7 +51,8 @@ def get_convention(name: str, lr: float | None = None, target: float | None = No
         raise ValueError(f"learning rate must be > 0, got {lr!r}")
     if target is not None and not (math.isfinite(target) and target >= 0):
         raise ValueError(f"loss target must be >= 0, got {target!r}")
-    return LossConvention(name, base.kappa, base.lr if lr is None else float(lr), base.target if target is None else float(target))
+    return LossConvention(name, base.kappa, base.lr if lr is None else float(lr),
+                          base.target if target is None else float(target))
 
 
 def forward(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
