@@ -116,6 +116,21 @@ def _check(value: Any, node: dict[str, Any], root: dict[str, Any], where: str) -
             _check(sub_value, extra, root, here)
 
 
+def prepend_interpreter_path(executable: str | Path) -> str:
+    """Put the directory of ``executable`` (the Python running Snakemake) first on PATH, once.
+
+    Rules call ``python``, ``papermill`` and ``latexmk`` by name; without this, a Snakemake
+    started as ``.venv/bin/snakemake`` (``make run``) or ``python -m snakemake`` without an
+    activated environment would run the jobs with whatever ``python`` comes first on PATH.
+    With ``--use-conda`` the job's conda environment is activated on top and wins.
+    """
+    bindir = str(Path(executable).parent)
+    parts = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    if not parts or parts[0] != bindir:
+        os.environ["PATH"] = os.pathsep.join([bindir, *[p for p in parts if p != bindir]])
+    return os.environ["PATH"]
+
+
 def prepend_pythonpath(path: str | Path) -> str:
     """Put ``path`` first on PYTHONPATH of this process (and so of the jobs it starts), once."""
     path = str(path)

@@ -13,11 +13,13 @@ from pathlib import Path
 REPO = str(Path(workflow.basedir).resolve())
 SRC = f"{REPO}/src"
 sys.path.insert(0, SRC)
-from shallowrelu.workflow_config import prepend_pythonpath  # noqa: E402
+from shallowrelu.workflow_config import prepend_interpreter_path, prepend_pythonpath  # noqa: E402
 
 # Jobs inherit this environment: every rule finds the package of this checkout, also in the
-# conda environments (which do not install it) and in jobs that Snakemake submits to Slurm.
+# conda environments (which do not install it) and in jobs that Snakemake submits to Slurm,
+# and runs `python`/`papermill` of the environment that runs Snakemake (not the first on PATH).
 prepend_pythonpath(SRC)
+prepend_interpreter_path(sys.executable)
 from shallowrelu.aggregate import PAPER_TABLES  # noqa: E402
 from shallowrelu.io import run_stem  # noqa: E402  (the one place for the file layout)
 from shallowrelu.plotting import angle_figure_spec, curve_figure_spec  # noqa: E402
