@@ -65,6 +65,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                    help="floating point type (float64 needed for the paper's small angles)")
     p.add_argument("--checkpoint-every", type=float, default=300.0, metavar="SECONDS",
                    help="write a resumable checkpoint at most this often (default 300 s)")
+    p.add_argument("--engine", choices=["fast", "reference"], default="fast",
+                   help="stepping path: 'fast' (default; dead neurons leave the step, shared products, CUDA "
+                        "graphs) or 'reference' (the plain batched step); both compute the same iterates")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--force", action="store_true", help="retrain runs whose results already exist")
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -85,7 +88,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         raise ValueError(f"noise multiplier rho must be > 0, got {args.rho}")
     cfg = TrainConfig(loss_convention=args.loss_convention, lr=args.lr, loss_target=args.loss_target,
                       max_iters=args.max_iters, n_log=args.n_log, device=args.device, dtype=args.dtype,
-                      active_rule=args.active_rule, checkpoint_every_s=args.checkpoint_every).validate()
+                      active_rule=args.active_rule, checkpoint_every_s=args.checkpoint_every,
+                      engine=args.engine).validate()
     check_writable_dir(args.out)
     if args.threads:
         torch.set_num_threads(args.threads)

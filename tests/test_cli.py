@@ -1,0 +1,88 @@
+"""The train command: clear errors before any work, and what a run writes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from shallowrelu.cli import main, parse_exps
+
+BASE = ["train", "--scheme", "centred", "--d", "4", "--m", "6", "--seeds", "0", "--lambda-exps", "0", "-2"]
+
+
+def _with(args: list[str], **repl: str) -> list[str]:
+    out = list(args)
+    for key, value in repl.items():
+        flag = "--" + key.replace("_", "-")
+        out[out.index(flag) + 1] = value
+    return out
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (dict(scheme="round"), "unknown scheme 'round'"),
+        (dict(d="1"), "d must be an integer >= 2, got 1"),
+        (dict(m="0"), "width m must be an integer >= 1, got 0"),
+        (dict(seeds="-1"), "seed must be >= 0"),
+    ],
+)
+def test_bad_input_is_named_and_nothing_is_written(tmp_path, capsys, change, message):
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exc:
+        main(_with(BASE, **change) + ["--out", str(out)])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--max-iters", "0"], "iteration cap max_iters must be an integer >= 1, got 0"),
+        (["--lr", "-1"], "learning rate must be > 0"),
+        (["--rho", "0"], "rho must be > 0"),
+        (["--device", "tpu"], "unknown device 'tpu'"),
+    ],
+)
+def test_bad_settings(tmp_path, capsys, extra, message):
+    with pytest.raises(SystemExit):
+        main(BASE + ["--out", str(tmp_path / "o")] + extra)
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_unwritable_output(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(SystemExit):
+        main(BASE + ["--out", str(blocker / "sub")])
+    assert "is not writable" in capsys.readouterr().err
+
+
+def test_lambda_exponent_ranges():
+    assert parse_exps(["2..-1"]) == [2, 1, 0, -1]
+    assert parse_exps(["-3", "0,1"]) == [-3, 0, 1]
+    with pytest.raises(ValueError, match="bad λ exponent 'x'"):
+        parse_exps(["x"])
+
+
+def test_run_files_and_provenance(tmp_path):
+    assert main(BASE + ["--out", str(tmp_path), "--max-iters", "300", "--n-log", "10", "--quiet",
+                        "--engine", "reference"]) == 0
+    tdir = tmp_path / "centred" / "d4" / "m6" / "seed0"
+    assert sorted(p.name for p in tdir.iterdir()) == ["lam0.json", "lam0.npz", "lamm2.json", "lamm2.npz", "trial.npz"]
+    summ = json.loads((tdir / "lamm2.json").read_text())
+    assert summ["complete"] is True and summ["run"]["lambda"] == 4.0**-2
+    assert summ["convention"]["name"] == "authors" and summ["config"]["engine"] == "reference"
+    assert {"versions", "git_commit", "device", "created_utc"} <= set(summ["provenance"])
+    assert summ["provenance"]["versions"]["torch"]
+    with np.load(tdir / "lamm2.npz") as f:
+        assert f["history_iteration"][-1] == summ["iterations"]
+        assert f["W_final"].shape == (6, 4)
+    # a finished run is not retrained: its files stay as they are
+    mtime = (tdir / "lamm2.json").stat().st_mtime_ns
+    assert main(BASE + ["--out", str(tmp_path), "--max-iters", "300", "--n-log", "10", "--quiet"]) == 0
+    assert (tdir / "lamm2.json").stat().st_mtime_ns == mtime
