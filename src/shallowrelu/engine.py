@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import pickle
 import signal
@@ -125,14 +124,6 @@ class RunResult:
     wall_time_s: float
     device: str
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-HISTORY_SCALARS = (
-    "iteration", "loss", "max_angle_pos_deg", "mean_angle_pos_deg", "max_angle_pos_arccos_deg",
-    "mean_angle_pos_arccos_deg", "max_angle_neg_deg", "mean_angle_neg_deg", "max_angle_neg_arccos_deg",
-    "mean_angle_neg_arccos_deg", "nuclear_norm", "theta_sq", "w_sq", "balance_err", "bundle_norm",
-    "bundle_err_norm", "bundle_angle_gamma_deg", "bundle_angle_teacher_deg",
-)
 
 
 class _Batch:
@@ -589,5 +580,4 @@ def lambda_from_exp(exp: int, base: float = 4.0) -> float:
 
 
 __all__ = ["TrainConfig", "RunSpec", "RunResult", "TrainingInterrupted",
-           "train", "resolve_device", "lambda_from_exp", "measure", "gd_step",
-           "HISTORY_SCALARS", "math"]
+           "train", "resolve_device", "lambda_from_exp", "measure", "gd_step"]
