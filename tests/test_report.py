@@ -194,7 +194,10 @@ def test_far_cell_verdict_rule_directly():
     assert np.isnan(rp.inner_range([1.0, 2.0, 3.0])).all()
     assert rp.verdict(10.0, 12.0, 11.0, 13.0, 5, th) == "agree"  # |log10 1.2| < 0.1
     assert rp.verdict(10.0, 0.5, 0.1, 50.0, 5, th, (0.2, 20.0)) == "agree"  # middle trials cover the paper
-    assert rp.verdict(10.0, 0.5, 0.1, 50.0, 5, th, (0.2, 0.9)) == "marginal"  # only the extremes do
+    assert rp.verdict(10.0, 2.0, 0.1, 50.0, 5, th, (0.2, 0.9)) == "marginal"  # only the extremes do
+    # one matching trial does not rescue a median orders of magnitude off (centred d=4, λ=4^-8)
+    assert rp.verdict(0.137, 113.0, 0.0073, 172.0, 5, th, (90.0, 116.0)) == "disagree"
+    assert rp.verdict(0.137, 113.0, 0.0073, 172.0, 5, rp.Thresholds(range_log10=3.0)) == "marginal"
     assert rp.verdict(10.0, 25.0, 21.0, 30.0, 5, th) == "marginal"  # within a factor 10^0.5
     assert rp.verdict(10.0, 1e4, 9e3, 2e4, 5, th) == "disagree"
     assert rp.verdict(10.0, 0.0, 0.0, 0.0, 5, th) == "disagree"  # log ratio -inf

@@ -16,8 +16,10 @@ our median/std/min/max/n and the paper's median/std). Outputs, all written atomi
 Verdict of one cell (thresholds in :class:`Thresholds`, documented in docs/report.md):
 ``agree`` when |log10(ours/paper)| ≤ ``agree_log10`` or the paper's median lies within the
 range of our middle trials (second smallest to second largest, with ≥ 4 trials); otherwise
-``marginal`` when |log10 ratio| ≤ ``marginal_log10`` or the paper's median lies within our
-trials' [min, max] (consistent only given the spread); otherwise ``disagree``.
+``marginal`` when |log10 ratio| ≤ ``marginal_log10``, or the paper's median lies within our
+trials' [min, max] (consistent only given the spread) while our median is within a factor
+10^``range_log10`` of it; otherwise ``disagree`` (so a median 800× off is not rescued by a
+single trial that happens to match).
 """
 
 from __future__ import annotations
@@ -64,12 +66,13 @@ class Thresholds:
 
     agree_log10: float = 0.1  # |log10(ours/paper)| ≤ 0.1: within a factor 10^0.1 ≈ 1.26
     marginal_log10: float = 0.5  # within a factor 10^0.5 ≈ 3.16
+    range_log10: float = 1.0  # the [min, max] escape to 'marginal' only within a factor 10
     arccos_rel: float = 0.01  # arccos and accurate angle differ by more than 1 % (relative)
     change_rel: float = 0.01  # a metric "changes" under another rule/convention above 1 %
     worst_n: int = 10
 
     def validate(self) -> Thresholds:
-        for name in ("agree_log10", "marginal_log10", "arccos_rel", "change_rel"):
+        for name in ("agree_log10", "marginal_log10", "range_log10", "arccos_rel", "change_rel"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"threshold {name} must be a finite number >= 0, got {v!r}")
@@ -195,7 +198,7 @@ def verdict(paper_median: float, median: float, lo: float, hi: float, n: int, th
     lr = abs(log10_ratio(median, paper_median))
     if lr <= th.agree_log10 or _within(paper_median, *inner):
         return "agree"
-    if lr <= th.marginal_log10 or _within(paper_median, lo, hi):
+    if lr <= th.marginal_log10 or (_within(paper_median, lo, hi) and lr <= th.range_log10):
         return "marginal"
     return "disagree"
 
@@ -1119,6 +1122,9 @@ def add_parser(sub) -> None:
     p.add_argument("--convention", default=None, help="primary loss convention (default: authors if present)")
     p.add_argument("--agree-log10", type=float, default=Thresholds.agree_log10)
     p.add_argument("--marginal-log10", type=float, default=Thresholds.marginal_log10)
+    p.add_argument("--range-log10", type=float, default=Thresholds.range_log10,
+                   help="the paper's median inside our [min, max] makes a cell 'marginal' only when our median "
+                        "is within a factor 10^this of it")
     p.add_argument("--arccos-rel", type=float, default=Thresholds.arccos_rel)
     p.add_argument("--change-rel", type=float, default=Thresholds.change_rel)
     p.add_argument("--worst-n", type=int, default=Thresholds.worst_n)
@@ -1126,7 +1132,8 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    th = Thresholds(agree_log10=args.agree_log10, marginal_log10=args.marginal_log10, arccos_rel=args.arccos_rel,
+    th = Thresholds(agree_log10=args.agree_log10, marginal_log10=args.marginal_log10,
+                    range_log10=args.range_log10, arccos_rel=args.arccos_rel,
                     change_rel=args.change_rel, worst_n=args.worst_n).validate()
     alt = []
     for p in args.alt_runs:
