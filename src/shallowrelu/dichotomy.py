@@ -42,6 +42,8 @@ from typing import Any
 import numpy as np
 from scipy.optimize import minimize, nnls
 
+from .datasets import relu
+
 MAX_EXACT_D = 14
 """Largest d for which :func:`measure_M` enumerates the 2^d − 2 subsets K (d = 6: 62 subsets,
 a second; each extra dimension doubles the work)."""
@@ -276,10 +278,6 @@ def sufficient_condition(X: np.ndarray, rtol: float = 1e-12) -> tuple[bool, floa
 
 
 # --------------------------------------------------------------------------- the certificate
-def relu(x):
-    return np.maximum(x, 0.0)
-
-
 def network_output(W: np.ndarray, a: np.ndarray, X: np.ndarray) -> np.ndarray:
     """h(x_i) = Σ_j a_j relu(w_j·x_i) for the rows x_i of X."""
     return relu(np.asarray(X) @ np.asarray(W).T) @ np.asarray(a)

@@ -79,6 +79,15 @@ def gradients(
     return grad_W, grad_a
 
 
+def _batched_residuals(
+    W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Pre-activations (R, n, m), activations and residuals r = y − h(X) (R, n) of a batch."""
+    pre = torch.bmm(X, W.transpose(1, 2))
+    act = torch.relu(pre)
+    return pre, act, y - torch.bmm(act, a.unsqueeze(-1)).squeeze(-1)
+
+
 def batched_loss_and_gradients(
     W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Tensor, kappa: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -89,9 +98,7 @@ def batched_loss_and_gradients(
     engine both call it, so their iterates agree bit for bit on the CPU.
     """
     n = X.shape[1]
-    pre = torch.bmm(X, W.transpose(1, 2))  # (R, n, m)
-    act = torch.relu(pre)
-    r = y - torch.bmm(act, a.unsqueeze(-1)).squeeze(-1)  # (R, n)
+    pre, act, r = _batched_residuals(W, a, X, y)
     loss = kappa * (r * r).sum(-1) / (2 * n)
     grad_a = -(kappa / n) * torch.bmm(act.transpose(1, 2), r.unsqueeze(-1)).squeeze(-1)
     masked = (pre > 0).to(W.dtype) * r.unsqueeze(-1)  # (R, n, m), relu'(0) = 0
@@ -101,7 +108,7 @@ def batched_loss_and_gradients(
 
 def batched_objective(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Tensor, kappa: float) -> torch.Tensor:
     """κ·L per run (R,), with exactly the arithmetic of :func:`batched_loss_and_gradients`."""
-    r = y - torch.bmm(torch.relu(torch.bmm(X, W.transpose(1, 2))), a.unsqueeze(-1)).squeeze(-1)
+    r = _batched_residuals(W, a, X, y)[2]
     return kappa * (r * r).sum(-1) / (2 * X.shape[1])
 
 
