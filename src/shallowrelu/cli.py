@@ -68,6 +68,10 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--engine", choices=["fast", "reference"], default="fast",
                    help="stepping path: 'fast' (default; dead neurons leave the step, shared products, CUDA "
                         "graphs) or 'reference' (the plain batched step); both compute the same iterates")
+    p.add_argument("--stable-phase", choices=["auto", "on", "off"], default="auto",
+                   help="fast engine: runs whose activation patterns hold step through the certified "
+                        "stable-pattern phase (docs/performance.md); 'auto' (default) = on for the CPU, "
+                        "off on CUDA (not yet measured there)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--force", action="store_true", help="retrain runs whose results already exist")
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -89,7 +93,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     cfg = TrainConfig(loss_convention=args.loss_convention, lr=args.lr, loss_target=args.loss_target,
                       max_iters=args.max_iters, n_log=args.n_log, device=args.device, dtype=args.dtype,
                       active_rule=args.active_rule, checkpoint_every_s=args.checkpoint_every,
-                      engine=args.engine).validate()
+                      engine=args.engine, stable_phase=args.stable_phase).validate()
     check_writable_dir(args.out)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -39,6 +39,7 @@ from .model import batched_loss_and_gradients, batched_objective, get_convention
 
 ACTIVE_RULES = ("init", "end")
 ENGINES = ("fast", "reference")
+STABLE_PHASE = ("auto", "on", "off")
 
 
 @dataclass
@@ -56,6 +57,7 @@ class TrainConfig:
     checkpoint_every_s: float = 300.0
     sync_every: int = 0  # 0: 1 on the CPU, 64 on CUDA
     engine: str = "fast"  # 'fast' (fast.py, same iterates) or 'reference' (gd_step below)
+    stable_phase: str = "auto"  # fast engine: stable-pattern phase (stable.py); auto = on for the CPU
 
     def validate(self) -> TrainConfig:
         get_convention(self.loss_convention, self.lr, self.loss_target)
@@ -69,6 +71,8 @@ class TrainConfig:
             raise ValueError(f"active_rule must be one of {ACTIVE_RULES}, got {self.active_rule!r}")
         if self.engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
+        if self.stable_phase not in STABLE_PHASE:
+            raise ValueError(f"stable_phase must be one of {STABLE_PHASE}, got {self.stable_phase!r}")
         resolve_device(self.device)
         return self
 
@@ -78,7 +82,7 @@ class TrainConfig:
 
     def fingerprint(self) -> str:
         """Hash of every setting that changes the iterates (not device, logging cadence of checkpoints)."""
-        skip = ("device", "checkpoint_every_s", "sync_every", "engine")
+        skip = ("device", "checkpoint_every_s", "sync_every", "engine", "stable_phase")
         keys = {k: v for k, v in asdict(self).items() if k not in skip}
         keys["convention"] = asdict(self.convention)
         return hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()[:16]
@@ -233,13 +237,17 @@ def measure(b: _Batch, kappa: float, with_end_rule: bool = False) -> dict[str, t
     out["bundle_angle_teacher_deg"] = angle_between(v, b.teacher) * RAD2DEG
     out["eig_coords"] = torch.einsum("rdk,rd->rk", b.eigbasis, err)
     if with_end_rule:
-        pos_e, neg_e = end_groups(W, a, b.X)
-        end: dict[str, torch.Tensor] = {}
-        _group_stats(W, pos_e, "pos", end)
-        _group_stats(W, neg_e, "neg", end)
-        for k, val in end.items():
-            out[f"endrule_{k}"] = val
+        out.update(end_rule_stats(W, a, b.X))
     return out
+
+
+def end_rule_stats(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The group angle statistics with J± re-evaluated on the current weights (``endrule_*``)."""
+    pos_e, neg_e = end_groups(W, a, X)
+    end: dict[str, torch.Tensor] = {}
+    _group_stats(W, pos_e, "pos", end)
+    _group_stats(W, neg_e, "neg", end)
+    return {f"endrule_{k}": val for k, val in end.items()}
 
 
 def _to_rows(meas: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
@@ -421,6 +429,7 @@ def _train_group(specs: list[RunSpec], cfg: TrainConfig, ck: Path | None, progre
     sync_every = cfg.sync_every or (1 if dev.type == "cpu" else 64)
     fingerprint = cfg.fingerprint()
     run_fps = {s.key: _spec_fingerprint(s) for s in specs}
+    stable = cfg.stable_phase == "on" or (cfg.stable_phase == "auto" and dev.type == "cpu")
 
     histories: dict[str, list[dict[str, Any]]] = {k: [] for k in by_key}
     finished_keys: list[str] = []
@@ -485,11 +494,11 @@ def _train_group(specs: list[RunSpec], cfg: TrainConfig, ck: Path | None, progre
         if resumed:  # the checkpoint was written after this logging point's decisions
             resumed = False
             _fresh_layout_on_cpu(b)
-            li, t = _train_chunk(b, li, log_pts, kappa, lr, target, sync_every, cfg.engine)
+            li, t = _train_chunk(b, li, log_pts, kappa, lr, target, sync_every, cfg.engine, stable)
             continue
         # -- decide stops at logging point t (same order as the reference trainer) -----------
         R = len(b.keys)
-        meas = measure(b, kappa, with_end_rule=True)
+        meas = measure(b, kappa)  # the end-rule groups are measured below, for finishing runs only
         rows = _to_rows(meas)
         loss = meas["loss"]
         stop_it = b.stop_iter.cpu().tolist()
@@ -518,6 +527,9 @@ def _train_group(specs: list[RunSpec], cfg: TrainConfig, ck: Path | None, progre
             done_its.append(it)
             done_reasons.append(reason)
         if done_idx:
+            ix = torch.tensor(done_idx, dtype=torch.long, device=b.W.device)
+            end_rows = _to_rows(end_rule_stats(b.W[ix], b.a[ix], b.X[ix]))
+            done_rows = [{**row, **extra} for row, extra in zip(done_rows, end_rows)]
             finish(done_idx, done_rows, done_its, done_reasons)
             for key in [b.keys[i] for i in done_idx]:
                 if key in by_key:  # else: resumed along with a checkpoint, already written
@@ -539,20 +551,20 @@ def _train_group(specs: list[RunSpec], cfg: TrainConfig, ck: Path | None, progre
                   "rerun the same command to resume", file=sys.stderr, flush=True)
             raise TrainingInterrupted(128 + signum)
         _fresh_layout_on_cpu(b)
-        li, t = _train_chunk(b, li, log_pts, kappa, lr, target, sync_every, cfg.engine)
+        li, t = _train_chunk(b, li, log_pts, kappa, lr, target, sync_every, cfg.engine, stable)
     bar.close()
     if ck is not None and ck.exists():
         ck.unlink()
 
 
 def _train_chunk(b: _Batch, li: int, log_pts: list[int], kappa: float, lr: float, target: float,
-                 sync_every: int, engine: str = "reference") -> tuple[int, int]:
+                 sync_every: int, engine: str = "reference", stable: bool = False) -> tuple[int, int]:
     """Step from logging point ``li`` to the next one; returns the new (index, iteration)."""
     t, t_next = log_pts[li], log_pts[li + 1]
     if engine == "fast":
         from .fast import train_chunk
 
-        train_chunk(b, t_next - t, t, kappa, lr, target, sync_every)
+        train_chunk(b, t_next - t, t, kappa, lr, target, sync_every, stable)
         return li + 1, t_next
     while t < t_next:
         gd_step(b, t, kappa, lr, target)

@@ -406,12 +406,21 @@ def make_stepper(b: Any, kappa: float, lr: float, target: float, groups: list[li
     return FastStepper(b, kappa, lr, target, groups=groups)
 
 
-def train_chunk(b: Any, steps: int, t0: int, kappa: float, lr: float, target: float, check_every: int) -> None:
+def train_chunk(b: Any, steps: int, t0: int, kappa: float, lr: float, target: float, check_every: int,
+                stable: bool = False) -> None:
     """Advance the engine batch ``b`` by ``steps`` iterations from iteration ``t0`` (fast path).
 
-    The stepper lives on the batch between chunks (``b._fast``) and is rebuilt when the
-    batch's runs change.
+    With ``stable``, chunks of at least stable.STABLE_MIN_STEPS steps put the runs whose
+    activation patterns qualify through the stable-pattern phase (stable.py) and the others
+    through a FastStepper of their own. Otherwise the stepper lives on the batch between
+    chunks (``b._fast``) and is rebuilt when the batch's runs change.
     """
+    if stable:
+        from .stable import STABLE_MIN_STEPS, train_chunk_stable
+
+        if steps >= STABLE_MIN_STEPS and train_chunk_stable(b, steps, t0, kappa, lr, target, check_every,
+                                                            getattr(b, "_stable_stats", None)):
+            return
     st = getattr(b, "_fast", None)
     if st is None or not st.compatible(b) or (st.kappa, st.lr, st.target) != (kappa, lr, target):
         st = make_stepper(b, kappa, lr, target)

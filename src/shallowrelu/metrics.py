@@ -45,6 +45,13 @@ def pairwise_angle_stats(W: torch.Tensor, mask: torch.Tensor) -> dict[str, torch
     ``mean_arccos`` (the authors' form: arccos of the clipped cosine, the mean's sum over all
     ordered pairs including j = j' divided by k(k−1)), and ``count`` k. Runs with k < 2 get NaN.
     """
+    # only the selected rows matter: move them to the front (in order) and drop the columns
+    # beyond the largest group, so the pair arrays are (k_max × k_max) instead of (m × m)
+    kmax = max(2, int(mask.sum(1).max())) if mask.numel() else 2
+    if kmax < mask.shape[1]:
+        order = torch.sort((~mask).to(torch.int8), dim=1, stable=True).indices[:, :kmax]
+        W = torch.gather(W, 1, order.unsqueeze(-1).expand(-1, -1, W.shape[-1]))
+        mask = torch.gather(mask, 1, order)
     R, m, _ = W.shape
     maskf = mask.to(W.dtype)
     k = maskf.sum(1)
