@@ -57,7 +57,7 @@ def test_fast_batch_matches_reference_across_regimes(device, mode):
     trials = [make_trial("centred", 4, 30, 1), make_trial("uncentred", 4, 30, 2)]
     exps = [2, 0, -3, -8]
     specs = [RunSpec(tr, 4.0**e, f"{tr.scheme}{e}") for tr in trials for e in exps]
-    cfg = TrainConfig(max_iters=3000, n_log=30, device=device, engine="fast")
+    cfg = TrainConfig(stable_phase="off", max_iters=3000, n_log=30, device=device, engine="fast")
     results = train(specs, cfg, progress=False)
     reasons = set()
     for spec, res in zip(specs, results):
@@ -73,7 +73,7 @@ def test_fast_cpu_parts_match_reference(monkeypatch):
     monkeypatch.setattr(fast, "CPU_PART_ABOVE", 0)
     trials = [make_trial("centred", 4, 30, 1), make_trial("uncentred", 4, 30, 2)]
     specs = [RunSpec(tr, 4.0**e, f"{tr.scheme}{e}") for tr in trials for e in [2, 0, -3, -8]]
-    cfg = TrainConfig(max_iters=3000, n_log=30, device="cpu", loss_target=1e-4)
+    cfg = TrainConfig(stable_phase="off", max_iters=3000, n_log=30, device="cpu", loss_target=1e-4)
     results = train(specs, cfg, progress=False)
     for spec, res in zip(specs, results):
         _check(res, spec.trial, spec.lam, 3000, 30, target=1e-4)
@@ -109,7 +109,7 @@ def test_fast_stops_inside_blocks(device, monkeypatch):
     monkeypatch.setattr(fast.FastStepper, "_block", counting_block)
     trials = [make_trial("centred", 4, 30, 1), make_trial("uncentred", 4, 30, 2)]
     specs = [RunSpec(tr, 4.0**e, f"{tr.scheme}{e}") for tr in trials for e in [2, 0, -3, -8]]
-    cfg = TrainConfig(max_iters=3000, n_log=30, device=device, loss_target=1e-4)
+    cfg = TrainConfig(stable_phase="off", max_iters=3000, n_log=30, device=device, loss_target=1e-4)
     results = train(specs, cfg, progress=False)
     for spec, res in zip(specs, results):
         _check(res, spec.trial, spec.lam, 3000, 30, target=1e-4)
@@ -123,7 +123,7 @@ def test_fast_frozen_stop_matches_reference(device, mode):
     tr = make_trial("centred", 4, 12, 5)
     tr_neg = dataclasses.replace(tr, s=-np.abs(tr.s))
     specs = [RunSpec(tr_neg, 4.0, "neg"), RunSpec(tr, 4.0**-2, "mixed")]
-    cfg = TrainConfig(max_iters=20000, n_log=40, device=device, engine="fast")
+    cfg = TrainConfig(stable_phase="off", max_iters=20000, n_log=40, device=device, engine="fast")
     results = train(specs, cfg, progress=False)
     ref = _check(results[0], tr_neg, 4.0, 20000, 40)
     assert ref.stop_reason == "frozen"
@@ -135,7 +135,7 @@ def test_fast_d16_m200_rich_and_lazy(device, mode):
     """The default laptop shape (d = 16, m = 200) at λ = 16 and λ = 4^-8."""
     tr = make_trial("centred", 16, 200, 0)
     specs = [RunSpec(tr, 16.0, "lazy"), RunSpec(tr, 4.0**-8, "rich")]
-    cfg = TrainConfig(max_iters=800, n_log=10, device=device, engine="fast")
+    cfg = TrainConfig(stable_phase="off", max_iters=800, n_log=10, device=device, engine="fast")
     for spec, res in zip(specs, train(specs, cfg, progress=False)):
         _check(res, tr, spec.lam, 800, 10)
 
@@ -160,7 +160,7 @@ def test_dataset_groups_and_layout_roundtrip():
 
     trials = [make_trial("centred", 4, 10, s) for s in (0, 1)]
     specs = [RunSpec(trials[i % 2], 4.0 ** -(i % 3), f"k{i}") for i in range(5)]
-    b = _Batch(specs, TrainConfig(device="cpu"), torch.device("cpu"), torch.float64)
+    b = _Batch(specs, TrainConfig(stable_phase="off", device="cpu"), torch.device("cpu"), torch.float64)
     assert dataset_groups(b.X) == [[0, 2, 4], [1, 3]]
     W, a = b.W.clone(), b.a.clone()
     st = FastStepper(b, 2.0, 0.01, 1e-9, use_graphs=False)

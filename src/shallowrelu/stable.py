@@ -38,13 +38,17 @@ import torch
 from .fast import ROUNDING_MARGIN, certainly_dead
 
 STABLE_MIN_STEPS = 256  # chunks shorter than this stay on the general fast path
+SUBCHUNK_STEPS = 8192  # runs are re-classified (ejected ones may return) at least this often
 MAX_GROUPS = 4  # runs with more distinct live activation patterns stay on the general path
 BLOCK_STEPS = 32  # steps between certification checks (and rollback granularity)
 REFRESH_BLOCKS = 4  # blocks per window between exact pre-activation products
 BOUND_SLACK = 1e-6  # relative slack on the accumulated movement bound (its own rounding)
 
+COUNTERS: dict[str, int] = {}  # diagnostics since import: pieces, runs stepped here, ejections
 
-def pattern_groups(W: torch.Tensor, X: torch.Tensor, live: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+
+def pattern_groups(W: torch.Tensor, X: torch.Tensor,
+                   live: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Per run: the distinct activation patterns of its live neurons (K_r, n) bool and each
     live neuron's group index (in the order of ``live[r].nonzero()``)."""
     pats = torch.bmm(W, X.transpose(1, 2)) > 0  # (R, m, n)
@@ -65,8 +69,9 @@ class StableStepper:
     """Runs in the stable-pattern phase. Each (run, pattern group) is one *row*: WT (G, d, C) holds
     the group's live neurons as columns, then zero columns up to the widest group, so that every
     row has a single shared vector g and each step is two batched vector-matrix products and one
-    rank-1 update per row (the d × C orientation is the fastest of those measured here). Group-level quantities live in (R, K, ·) tensors (K = most groups of a run;
-    empty slots are zero). Zero columns are inert: a = 0 and w = 0 add nothing to u and receive
+    rank-1 update per row (the d × C orientation is the fastest of those measured here).
+    Group-level quantities live in (R, K, ·) tensors (K = most groups of a run; empty slots are
+    zero). Zero columns are inert: a = 0 and w = 0 add nothing to u and receive
     zero updates.
     """
 
@@ -260,7 +265,29 @@ def candidates(b: Any) -> tuple[list[int], list[torch.Tensor], list[torch.Tensor
 def train_chunk_stable(b: Any, steps: int, t0: int, kappa: float, lr: float, target: float,
                        check_every: int, stats: dict[str, int] | None = None) -> bool:
     """Advance batch ``b`` by ``steps`` iterations from t0 with the stable phase for the runs
-    that qualify; False (nothing done) if none does."""
+    that qualify, in pieces of at most SUBCHUNK_STEPS steps (runs are classified afresh at each
+    piece, so an ejected run can come back); False (nothing done) if no run qualifies at t0."""
+    done = 0
+    while done < steps:
+        piece = min(SUBCHUNK_STEPS, steps - done)
+        if steps - done - piece < STABLE_MIN_STEPS:
+            piece = steps - done  # no short tail piece
+        if not _stable_piece(b, piece, t0 + done, kappa, lr, target, check_every, stats):
+            if done == 0:
+                return False
+            from .fast import FastStepper
+
+            fs = FastStepper(b, kappa, lr, target)
+            fs.load(b, t0 + done)
+            fs.steps(steps - done, check_every)
+            fs.store(b)
+            return True
+        done += piece
+    return True
+
+
+def _stable_piece(b: Any, steps: int, t0: int, kappa: float, lr: float, target: float,
+                  check_every: int, stats: dict[str, int] | None) -> bool:
     from .fast import FastStepper
 
     idx, patterns, inverse, live = candidates(b)
@@ -275,8 +302,15 @@ def train_chunk_stable(b: Any, steps: int, t0: int, kappa: float, lr: float, tar
     b.W[ix] = W
     b.a[ix] = a
     if stats is not None:
-        stats["stable_runs"] = stats.get("stable_runs", 0) + len(idx)
-        stats["ejected"] = stats.get("ejected", 0) + len(st.ejected_at)
+        end = t0 + steps
+        add = {"chunks": 1, "stable_runs": len(idx), "ejected": len(st.ejected_at), "general_runs": len(rest),
+               "run_steps_stable": sum(st.ejected_at.get(r, end) - t0 for r in range(len(idx))),
+               "run_steps_ejected": sum(end - te for te in st.ejected_at.values()),
+               "run_steps_general": len(rest) * steps}
+        for k, v in add.items():
+            stats[k] = stats.get(k, 0) + v
+    for k, v in (("pieces", 1), ("stable_runs", len(idx)), ("ejected", len(st.ejected_at))):
+        COUNTERS[k] = COUNTERS.get(k, 0) + v
     # runs on the general path: the others for the whole chunk, ejected ones from their ejection
     by_start: dict[int, list[int]] = {}
     if rest:
