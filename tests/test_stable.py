@@ -6,6 +6,8 @@ loss target inside a chunk, and runs that hit the cap; plus the certification it
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -22,6 +24,12 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def _small_sizes_too(monkeypatch):
+    """The tests' small d would otherwise stay on the general path (STABLE_MIN_POINTS_X_DIM)."""
+    monkeypatch.setattr(stable, "STABLE_MIN_POINTS_X_DIM", 0)
 
 
 @pytest.fixture
@@ -43,8 +51,8 @@ def _check(res, spec, max_iters, n_log, target=None):
 
 
 def test_stable_phase_matches_reference_across_regimes(counters):
-    """Lazy to rich λ on both schemes, cap 6000: loss-target stops and capped runs, with most
-    run-steps of the long chunks taken in the stable phase."""
+    """Lazy to rich λ on both schemes, cap 6000: loss-target stops and capped runs, with group
+    rows in the long chunks."""
     trials = [make_trial("centred", 8, 40, 3), make_trial("uncentred", 8, 40, 4)]
     specs = [RunSpec(tr, 4.0**e, f"{tr.scheme}{e}") for tr in trials for e in [2, 0, -3, -8]]
     cfg = TrainConfig(max_iters=6000, n_log=12, device="cpu", stable_phase="on")
@@ -52,22 +60,27 @@ def test_stable_phase_matches_reference_across_regimes(counters):
     for spec, res in zip(specs, train(specs, cfg, progress=False)):
         reasons.add(_check(res, spec, 6000, 12).stop_reason)
     assert reasons == {"loss_target", "max_iters"}
-    assert counters["stable_runs"] > 0
+    assert counters["group_neurons"] > 0 and counters["exact_neurons"] > 0
 
 
-def test_stable_phase_ejects_on_pattern_change_and_target(monkeypatch, counters):
-    """From the first iterations on (every chunk through the stable phase), patterns change
-    often and runs reach a loose loss target inside blocks: both eject runs to the general path,
-    and the iterates and stop iterations stay the reference's."""
+def test_stable_phase_demotes_on_pattern_change_and_stops_exactly(monkeypatch, counters):
+    """From the first iterations on (every chunk through the stable phase, groups of any size),
+    patterns change often: uncertified blocks are undone and redone with the neurons made exact;
+    runs reach a loose loss target inside blocks; iterates and stop iterations stay the
+    reference's."""
     monkeypatch.setattr(stable, "STABLE_MIN_STEPS", 1)
+    monkeypatch.setattr(stable, "MIN_GROUP_SIZE", 1)
     monkeypatch.setattr(stable, "MAX_GROUPS", 64)
     monkeypatch.setattr(stable, "BLOCK_STEPS", 8)
+    monkeypatch.setattr(stable, "SAFETY", 0.0)  # no early demotion: let blocks fail
     trials = [make_trial("centred", 4, 30, 1), make_trial("uncentred", 4, 30, 2)]
     specs = [RunSpec(tr, 4.0**e, f"{tr.scheme}{e}") for tr in trials for e in [2, 0, -3, -8]]
     cfg = TrainConfig(max_iters=3000, n_log=30, device="cpu", loss_target=1e-4, stable_phase="on")
+    reasons = set()
     for spec, res in zip(specs, train(specs, cfg, progress=False)):
-        _check(res, spec, 3000, 30, target=1e-4)
-    assert counters["ejected"] > 0 and counters["stable_runs"] > counters["ejected"]
+        reasons.add(_check(res, spec, 3000, 30, target=1e-4).stop_reason)
+    assert "loss_target" in reasons
+    assert counters["demoted"] > 0 and counters["rebuilds"] > 0 and counters["group_neurons"] > 0
 
 
 def test_stable_phase_d16_m200_rich_and_lazy(counters):
@@ -77,50 +90,47 @@ def test_stable_phase_d16_m200_rich_and_lazy(counters):
     cfg = TrainConfig(max_iters=3000, n_log=8, device="cpu", stable_phase="on")
     for spec, res in zip(specs, train(specs, cfg, progress=False)):
         _check(res, spec, 3000, 8)
-    assert counters["stable_runs"] > 0
+    assert counters["group_neurons"] > 0
 
 
-def test_certification_rejects_a_neuron_at_its_boundary():
-    """A live neuron whose pre-activation on one point is ~0 (margin below the rounding bound)
-    ejects its run at the first refresh, before any step is taken with an uncertified pattern."""
-    tr = make_trial("centred", 4, 6, 0)
-    X = torch.as_tensor(tr.X)[None]
-    y = torch.as_tensor(tr.y)[None]
-    W0, a0 = tr.init(1.0)
-    W = torch.as_tensor(W0).clone()[None]
-    a = torch.as_tensor(a0).clone()[None]
-    # neuron 0: orthogonal to x_0 (pre-activation 0 up to rounding), positive on x_1
-    x0, x1 = X[0, 0], X[0, 1]
-    w = x1 - (x1 @ x0) / (x0 @ x0) * x0
-    W[0, 0] = w
-    live = torch.ones(1, 6, dtype=torch.bool)
-    patterns, inverse = stable.pattern_groups(W, X, live)
-    st = stable.StableStepper(W, a, X, y, live, patterns, inverse, kappa=2.0, lr=0.01, target=-1.0)
-    st.run(0, 64)
-    assert st.ejected_at == {0: 0}
-    W_after, a_after = W.clone(), a.clone()
-    st.write_back(W_after, a_after)
-    assert torch.equal(W_after, W) and torch.equal(a_after, a)  # nothing moved
+def _light(tr, lam):
+    W0, a0 = tr.init(lam)
+    t = lambda v: torch.as_tensor(v, dtype=torch.float64)[None]  # noqa: E731
+    return SimpleNamespace(keys=["k"], W=t(W0).clone(), a=t(a0).clone(), X=t(tr.X), y=t(tr.y),
+                           running=torch.ones(1, dtype=torch.bool), stop_iter=torch.full((1,), -1))
 
 
-def test_block_bound_covers_the_movement():
-    """The accumulated bound lr·|c|·Σ|a_j|‖g_k‖ is at least each neuron's actual movement over a
-    window (the triangle inequality the certification rests on)."""
+def test_a_neuron_at_its_boundary_is_never_in_a_group(monkeypatch):
+    """A live neuron with a pre-activation ~0 on one point (within the rounding bound) is stepped
+    exactly; forced into a row, the exact refresh flags it."""
+    monkeypatch.setattr(stable, "MIN_GROUP_SIZE", 1)
+    tr = make_trial("uncentred", 4, 6, 0)
+    b = _light(tr, 1.0)
+    x0, x1 = b.X[0, 0], b.X[0, 1]
+    b.W[0, 0] = x1 - (x1 @ x0) / (x0 @ x0) * x0  # orthogonal to x_0, positive on x_1
+    assert abs(float(b.W[0, 0] @ x0)) < 1e-15
+    rows, exact = stable.choose_groups(b.W, b.a, b.X, b.y, b.running, torch.zeros(1, 6, dtype=torch.bool), 1e-3)
+    assert bool(exact[0, 0]) and all(0 not in cols.tolist() for cols, _ in rows[0])
+    forced = [[(torch.tensor([0]), (b.W[0, 0] @ b.X[0].T) > 0)]]
+    gr = stable.GroupRows(forced, b.X, 1e-3)
+    gr.load(b.W, b.a)
+    assert bool(gr.refresh()[0, 0])
+
+
+def test_block_bound_covers_the_movement(monkeypatch):
+    """The accumulated bound lr·|c|·Σ|a_j|‖g_k‖ is at least each group neuron's actual movement
+    over a window (the triangle inequality the certification rests on)."""
+    monkeypatch.setattr(stable, "SAFETY", 0.0)
+    monkeypatch.setattr(stable, "MIN_GROUP_SIZE", 1)
     tr = make_trial("centred", 8, 40, 5)
-    X = torch.as_tensor(tr.X)[None]
-    y = torch.as_tensor(tr.y)[None]
-    W0, a0 = tr.init(4.0**-3)
-    W = torch.as_tensor(W0).clone()[None]
-    a = torch.as_tensor(a0).clone()[None]
-    live = torch.ones(1, 40, dtype=torch.bool)
-    live &= ~(torch.bmm(W, X.transpose(1, 2)) <= 0).all(-1)
-    patterns, inverse = stable.pattern_groups(W, X, live)
-    st = stable.StableStepper(W, a, X, y, live, patterns, inverse, kappa=2.0, lr=0.01, target=-1.0)
-    st._refresh(0)
-    before = st.WT.clone()
-    for k in range(stable.BLOCK_STEPS):
-        st._step(k)
-    moved = torch.linalg.vector_norm(st.WT - before, dim=1)  # (G, C)
-    bound = st.acc * st.coef
+    ms = stable.MixedStepper(_light(tr, 4.0**-3), kappa=2.0, lr=0.01, target=-1.0)
+    ms._build(0)
+    assert ms.rows.G > 0
+    ms.rows.refresh()
+    before = ms.rows.WT.clone()
+    for _ in range(stable.BLOCK_STEPS):
+        ms._step()
+    moved = torch.linalg.vector_norm(ms.rows.WT - before, dim=1)  # (G, C)
+    bound = ms.rows.acc * ms.rows.coef
     assert bool((moved <= bound * (1 + 1e-9) + 1e-300).all())
     assert float(moved.max()) > 0

@@ -8,7 +8,13 @@ runs, alternating the variants so that a busy machine slows them alike:
 * ``batched_reference``: the engine's reference step (``engine.gd_step``) on all runs at once;
 * ``fast_early``: the fast path (fast.py) on all runs from initialisation (all neurons live);
 * ``fast_late``: the same after a warm-up, once dead neurons have left the step;
-* ``fast_single``: the fast path on one run (the latency floor that the tail of a batch sees).
+* ``fast_single``: the fast path on one run (the latency floor that the tail of a batch sees);
+* ``fast_late_stable``: as ``fast_late``, through the stable-pattern phase (stable.py) for the
+  runs that qualify and the general fast path for the others;
+* end to end (``--e2e-iters``): the whole batch from initialisation, chunked at the engine's
+  logging points, with the real loss target (finished runs leave the batch), stable phase off
+  and on; its "speedup" divides the naive loop's time for the same run-iterations (the sum of the
+  runs' iteration counts, at the naive rate above) by the measured wall time.
 
 Throughput is in run-iterations per second (a batch of R runs doing one step = R). The JSON
 record holds the device, versions, settings, every timing, and a *projection* (not a
@@ -61,6 +67,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup-iters", type=int, default=None,
                    help="iterations before the 'late' timing (default 20000 on CUDA, 2000 on CPU, "
                         "--quick 500)")
+    p.add_argument("--e2e-iters", type=int, default=None,
+                   help="iterations of the end-to-end measurement (default 20000 on the CPU, --quick 3000, "
+                        "0 on CUDA; 0 skips it)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--quick", action="store_true", help="small CPU-friendly settings")
     p.add_argument("--out", type=Path, default=None,
@@ -115,8 +124,50 @@ def light_batch(specs, dev: torch.device) -> SimpleNamespace:
                                                                                    device=dev))
 
 
+def _clone_batch(b: SimpleNamespace) -> SimpleNamespace:
+    return SimpleNamespace(**{k: (v.clone() if torch.is_tensor(v) else v) for k, v in vars(b).items()
+                              if not k.startswith("_")})
+
+
+def _subset(b: SimpleNamespace, keep: list[int]) -> SimpleNamespace:
+    ix = torch.tensor(keep, dtype=torch.long, device=b.W.device)
+    return SimpleNamespace(keys=[b.keys[i] for i in keep], W=b.W[ix], a=b.a[ix], X=b.X[ix], y=b.y[ix],
+                           running=b.running[ix], stop_iter=b.stop_iter[ix])
+
+
+def end_to_end(specs, dev: torch.device, iters: int, stable: bool, n_log: int = 1000) -> dict[str, Any]:
+    """All runs from initialisation for ``iters`` iterations, chunked at the engine's logging
+    points (log_iterations(iters, n_log)), real loss target; finished runs leave the batch at
+    logging points as in the engine. Returns wall time and the run-iterations done."""
+    from .fast import train_chunk
+    from .model import get_convention, log_iterations
+
+    conv = get_convention("authors")
+    b = light_batch(specs, dev)
+    pts = [int(x) for x in log_iterations(iters, n_log)]
+    done_iters = 0
+    _sync(dev)
+    t0 = time.perf_counter()
+    for t, t_next in zip(pts[:-1], pts[1:]):
+        train_chunk(b, t_next - t, t, conv.kappa, conv.lr, conv.target, 1, stable)
+        b.__dict__.pop("_fast", None)  # the engine lays the batch out afresh at each logging point (CPU)
+        running = b.running.tolist()
+        if not all(running):
+            stops = b.stop_iter.tolist()
+            done_iters += sum(stops[i] for i in range(len(running)) if not running[i])
+            keep = [i for i in range(len(running)) if running[i]]
+            if not keep:
+                break
+            b = _subset(b, keep)
+    _sync(dev)
+    wall = time.perf_counter() - t0
+    done_iters += iters * int(b.running.sum()) if len(b.keys) else 0
+    return {"wall_s": wall, "run_iterations": done_iters, "run_iterations_per_s": done_iters / wall,
+            "runs_at_cap": int(b.running.sum()) if len(b.keys) else 0, "iters": iters, "n_log": n_log}
+
+
 def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, seconds: float, repeats: int,
-              warmup: int, log=print) -> dict[str, Any]:
+              warmup: int, log=print, e2e_iters: int = 0) -> dict[str, Any]:
     from .datasets import make_trial
     from .engine import RunSpec, gd_step, lambda_from_exp
     from .fast import BLOCK_STEPS, certainly_dead, make_stepper
@@ -191,11 +242,30 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
     st_late.load(b_fast, warmup)
     st_late.steps(2 * gs)
     k_late = max(gs, _calibrate(fast_fn(st_late), 1e-4, seconds, dev) // gs * gs)
+    from .fast import train_chunk
+    from .stable import STABLE_MIN_STEPS
+
+    b_stab = _clone_batch(b_fast)
+    k_stab = max(STABLE_MIN_STEPS, k_late)
+
+    def stable_fn(k):
+        def f():
+            train_chunk(b_stab, k, warmup, kappa, lr, target, 1, stable=True)  # general path where it does not pay
+            b_stab.__dict__.pop("_fast", None)
+        return f
+
     times["fast_late"] = []
+    times["fast_late_stable"] = []
     for _ in range(repeats):
         times["fast_late"].append(R * k_late / _timed(fast_fn(st_late)(k_late), dev))
+        times["fast_late_stable"].append(R * k_stab / _timed(stable_fn(k_stab), dev))
         times["naive"].append(len(naive_lams) * k_naive / _timed(naive_fn(k_naive), dev))
     med = {k: statistics.median(v) for k, v in times.items()}
+    e2e: dict[str, Any] = {}
+    if e2e_iters:
+        for label, flag in (("stable_off", False), ("stable_on", True)):
+            e2e[label] = end_to_end(specs, dev, e2e_iters, flag)
+            e2e[label]["speedup_vs_naive"] = e2e[label]["run_iterations"] / med["naive"] / e2e[label]["wall_s"]
     out = {
         "d": d, "n": d, "m": m, "runs": R, "seeds": seeds, "lambda_exps": exps,
         "naive_lambda_exps": naive_lams,
@@ -205,11 +275,14 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
         "live_neurons_early": live_early, "live_neurons_late": int((~dead).sum()), "neurons_total": R * m,
         "warmup_iters": warmup, "warmup_s": warm_s, "runs_still_training_after_warmup": still,
         "iters_timed": {"naive": k_naive, "batched_reference": k_ref, "fast": k_fast, "fast_single": k_one,
-                        "fast_late": k_late},
+                        "fast_late": k_late, "fast_late_stable": k_stab},
+        "end_to_end": e2e,
     }
     row = " ".join(f"{k}={v:,.0f}" for k, v in med.items())
+    e2e_txt = "".join(f" e2e[{k}]={v['speedup_vs_naive']:.1f}x" for k, v in e2e.items())
     log(f"d={d:5d} R={R:3d} {row} | fast_late/naive={med['fast_late'] / med['naive']:.1f}x "
-        f"fast_early/naive={med['fast_early'] / med['naive']:.1f}x live {live_early}->{int((~dead).sum())}/{R * m}")
+        f"stable/naive={med['fast_late_stable'] / med['naive']:.1f}x{e2e_txt} "
+        f"live {live_early}->{int((~dead).sum())}/{R * m}")
     return out
 
 
@@ -275,6 +348,10 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
     warmup = args.warmup_iters if args.warmup_iters is not None else (
         500 if args.quick else (20000 if dev.type == "cuda" else 2000))
+    e2e_iters = args.e2e_iters if args.e2e_iters is not None else (
+        3000 if args.quick else (0 if dev.type == "cuda" else 20000))
+    if e2e_iters < 0:
+        raise ValueError(f"--e2e-iters must be >= 0, got {e2e_iters}")
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = args.out or Path("benchmarks") / f"bench-{dev.type}-{stamp}.json"
     print(f"bench on {dev} ({_device_name(dev)}), torch {torch.__version__}, threads {torch.get_num_threads()}, "
@@ -283,7 +360,7 @@ def run(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     for d in dims:
         per_dim[d] = bench_dim(d, args.m, exps, seeds, dev, seconds, args.repeats, warmup,
-                               log=lambda s: print(s, flush=True))
+                               log=lambda s: print(s, flush=True), e2e_iters=e2e_iters)
         atomic_write_json(out, _record(per_dim, dims, args, exps, seeds, seconds, warmup, dev))  # partial
     record = _record(per_dim, dims, args, exps, seeds, seconds, warmup, dev)
     proj = record["projection"]
@@ -308,6 +385,7 @@ def _record(per_dim, dims, args, exps, seeds, seconds, warmup, dev) -> dict[str,
         "cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
         "settings": {"dims": dims, "m": args.m, "lambda_exps": exps, "seeds": seeds, "seconds": seconds,
                      "repeats": args.repeats, "warmup_iters": warmup, "quick": bool(args.quick),
+                     "e2e_iters": args.e2e_iters,
                      "scheme": "centred", "loss_convention": "authors", "dtype": "float64"},
         "results": [per_dim[d] for d in dims if d in per_dim],
         "projection": proj,
@@ -327,13 +405,17 @@ def _hms(s: float) -> str:
 
 
 def _table(per_dim: dict[int, dict[str, Any]]) -> str:
-    cols = ["naive", "batched_reference", "fast_early", "fast_late", "fast_single"]
-    lines = ["| d | runs | " + " | ".join(cols) + " | fast_late / naive | live neurons (late) |",
-             "|---|---|" + "---|" * len(cols) + "---|---|"]
+    cols = ["naive", "batched_reference", "fast_early", "fast_late", "fast_late_stable", "fast_single"]
+    lines = ["| d | runs | " + " | ".join(cols) + " | fast_late / naive | fast_late_stable / naive "
+             "| end to end, stable off / on (x naive) | live neurons (late) |",
+             "|---|---|" + "---|" * len(cols) + "---|---|---|---|"]
     for d, r in per_dim.items():
         v = r["run_iterations_per_s"]
+        e2e = r.get("end_to_end") or {}
+        e2e_txt = " / ".join(f"{e2e[k]['speedup_vs_naive']:.1f}x" for k in ("stable_off", "stable_on") if k in e2e)
         lines.append(f"| {d} | {r['runs']} | " + " | ".join(f"{v[c]:,.0f}" for c in cols)
-                     + f" | {v['fast_late'] / v['naive']:.1f}x | {r['live_neurons_late']}/{r['neurons_total']} |")
+                     + f" | {v['fast_late'] / v['naive']:.1f}x | {v['fast_late_stable'] / v['naive']:.1f}x"
+                     f" | {e2e_txt or '-'} | {r['live_neurons_late']}/{r['neurons_total']} |")
     return "run-iterations/s (median of alternating repeats)\n" + "\n".join(lines)
 
 

@@ -418,8 +418,7 @@ def train_chunk(b: Any, steps: int, t0: int, kappa: float, lr: float, target: fl
     if stable:
         from .stable import STABLE_MIN_STEPS, train_chunk_stable
 
-        if steps >= STABLE_MIN_STEPS and train_chunk_stable(b, steps, t0, kappa, lr, target, check_every,
-                                                            getattr(b, "_stable_stats", None)):
+        if steps >= STABLE_MIN_STEPS and train_chunk_stable(b, steps, t0, kappa, lr, target, check_every):
             return
     st = getattr(b, "_fast", None)
     if st is None or not st.compatible(b) or (st.kappa, st.lr, st.target) != (kappa, lr, target):

@@ -1,128 +1,149 @@
 """The stable-activation-pattern phase of the fast path (issue 6).
 
-Late in training most runs keep their activation pattern: for every live neuron j the set of
-training points with w_j·x_i > 0 no longer changes (in the rich regime typically one group,
-every bundle neuron active on every point). While the pattern holds, SPEC §1's gradients of
-the neurons j of one pattern group k (pattern s_k ∈ {0, 1}^n) share one vector:
+Late in training most neurons keep their activation pattern: the set of training points with
+w_j·x_i > 0 no longer changes (in the rich regime typically one big group, every bundle neuron
+active on every point). While the pattern holds, SPEC §1's gradients of the neurons j of one
+pattern group k (pattern s_k ∈ {0, 1}^n) share one vector:
 
     g_k = Xᵀ(s_k ∘ r) = Σ_i s_ki r_i x_i,        c = −κ/n,
     ∂(κL)/∂w_j = c·a_j·g_k,    ∂(κL)/∂a_j = c·Σ_i s_ki (w_j·x_i) r_i = c·(w_j·g_k),
-    h(x_i) = Σ_k s_ki · x_i·u_k,    u_k = Σ_{j ∈ k} a_j w_j,
+    h(x_i) = Σ_k s_ki · x_i·u_k + (the other neurons' terms),    u_k = Σ_{j ∈ k} a_j w_j,
 
-so a step is three passes over a run's live (neurons × d) weights (u_k, w_j·g_k and the rank-K
-update of W) plus O(K·n·d) per run, instead of two (neurons × d)·(d × n) products and a dozen
-passes over (neurons × n) arrays. Pre-activations are not formed at all during a block.
+so a group's step is three passes over its (d × neurons) weights (u_k, w_j·g_k and a rank-1
+update) plus O(n·d) per group, instead of two (neurons × d)·(d × n) products and a dozen passes
+over (neurons × n) arrays. No pre-activation of a group neuron is formed during a block.
 
-**Exactness.** Each step is gradient descent with the pattern of the current iterate, the
-reference's arithmetic up to the association of sums (as the rest of the fast path), as long
-as no pre-activation changes sign. That is *certified*, not assumed: at the start of each
-window of REFRESH_BLOCKS blocks the pre-activations are computed exactly (one product), and the
-margin μ_j = min_i (|w_j·x_i| − rounding bound)/‖x_i‖ of every live neuron is kept. Within the
-window ‖w_j(t) − w_j(t₀)‖ ≤ lr·|c|·Σ_{s<t} |a_j(s)|·‖g_k(s)‖ (the triangle inequality over the
-updates), which every step accumulates per neuron; a block is accepted for a run only if that
-bound plus a rounding allowance stays below μ_j for all its neurons, so no sign can have
-changed at any step of the block. A run whose block is not certified, or whose objective fell
-below the loss target inside the block, is put back to the block's start and *ejected*: it
-finishes the chunk on the general fast path (fast.FastStepper), which takes pattern changes and
-the exact stop iteration step by step. Runs enter this phase only at the start of a chunk,
-decided from the state there alone (so resumed runs repeat the same decisions).
+**Mixed step.** Every live neuron of the batch is either in a *group row* (a big enough group
+of equal patterns, certified below) or *exact*: the exact neurons are stepped by the general
+fast path (fast.FastStepper, pre-activations every step), which also makes the exact per-step
+stop test. Each step: the group rows' share of h is formed from the state at t; the
+FastStepper subtracts it from y, adds its own neurons' share, forms r and the objective, stops
+runs below the target, and updates its neurons; the group rows are then updated with the same
+r and the same stop flags. So the step is gradient descent on the whole network, with the
+reference's arithmetic up to the association of sums (as the rest of the fast path).
+
+**Certification, not assumption.** At the start of each window of REFRESH_BLOCKS blocks the
+group neurons' pre-activations are computed exactly (one product) and each gets a margin
+μ_j = min_i (|w_j·x_i| − rounding bound)/‖x_i‖. Every step adds |a_j|·‖g_k‖ to a per-neuron sum;
+by the triangle inequality ‖w_j(t) − w_j(t₀)‖ ≤ lr·|c|·Σ|a_j(s)|·‖g_k(s)‖. A block stands only
+if that bound (plus a rounding allowance) stays below μ_j for every group neuron, so no
+pre-activation of a group neuron can have changed sign at any step of the block. Otherwise the
+whole block is undone, the neurons that failed become exact, the layout is rebuilt and the
+block is redone. The layout is chosen afresh every SUBCHUNK_STEPS steps (exact neurons whose
+pattern has settled rejoin a group), from the state alone, so resumed runs repeat the same
+decisions.
 """
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 
-from .fast import ROUNDING_MARGIN, certainly_dead
+from .fast import ROUNDING_MARGIN, FastStepper, certainly_dead
 
 STABLE_MIN_STEPS = 256  # chunks shorter than this stay on the general fast path
-SUBCHUNK_STEPS = 8192  # runs are re-classified (ejected ones may return) at least this often
-MAX_GROUPS = 4  # runs with more distinct live activation patterns stay on the general path
-BLOCK_STEPS = 32  # steps between certification checks (and rollback granularity)
+STABLE_MIN_POINTS_X_DIM = 256  # n·d below this: the general step is cheap enough (d = 4 ran slower here)
+SUBCHUNK_STEPS = 8192  # the layout is chosen afresh at least this often
+MIN_GROUP_SIZE = 12  # smaller groups are stepped exactly: a row costs its padded width (measured
+# here: ~0.011 µs per padded row column vs ~0.11 µs per exact neuron and step at d = 16, C ≈ 110)
+MAX_GROUPS = 4  # group rows per run (the largest groups); other neurons are exact
+BLOCK_STEPS = 32  # steps between certification checks (and undo granularity)
 REFRESH_BLOCKS = 4  # blocks per window between exact pre-activation products
 BOUND_SLACK = 1e-6  # relative slack on the accumulated movement bound (its own rounding)
+SAFETY = 4.0  # a group neuron's margin must exceed SAFETY × its (predicted or last) window movement
 
-COUNTERS: dict[str, int] = {}  # diagnostics since import: pieces, runs stepped here, ejections
-
-
-def pattern_groups(W: torch.Tensor, X: torch.Tensor,
-                   live: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Per run: the distinct activation patterns of its live neurons (K_r, n) bool and each
-    live neuron's group index (in the order of ``live[r].nonzero()``)."""
-    pats = torch.bmm(W, X.transpose(1, 2)) > 0  # (R, m, n)
-    patterns, inverse = [], []
-    for r in range(W.shape[0]):
-        p = pats[r][live[r]]
-        if p.shape[0] == 0:
-            patterns.append(p)
-            inverse.append(torch.zeros(0, dtype=torch.long, device=W.device))
-            continue
-        u, inv = torch.unique(p, dim=0, return_inverse=True)
-        patterns.append(u)
-        inverse.append(inv)
-    return patterns, inverse
+COUNTERS: dict[str, int] = {}  # diagnostics since import (see _count)
 
 
-class StableStepper:
-    """Runs in the stable-pattern phase. Each (run, pattern group) is one *row*: WT (G, d, C) holds
-    the group's live neurons as columns, then zero columns up to the widest group, so that every
-    row has a single shared vector g and each step is two batched vector-matrix products and one
-    rank-1 update per row (the d × C orientation is the fastest of those measured here).
-    Group-level quantities live in (R, K, ·) tensors (K = most groups of a run; empty slots are
-    zero). Zero columns are inert: a = 0 and w = 0 add nothing to u and receive
-    zero updates.
+def _count(**kw: int) -> None:
+    for k, v in kw.items():
+        COUNTERS[k] = COUNTERS.get(k, 0) + v
+
+
+def _rounding_bound(wn: torch.Tensor, xn: torch.Tensor, d: int) -> torch.Tensor:
+    """(·, m, n) bound on the rounding of w_j·x_i in any summation order, from the norms
+    ‖w_j‖ (·, m) and ‖x_i‖ (·, n): ROUNDING_MARGIN·(d+2)·u·‖w_j‖·‖x_i‖ (≥ that factor times
+    Σ_k |w_jk x_ik|, the bound of fast.certainly_dead)."""
+    u = torch.finfo(wn.dtype).eps / 2
+    return wn[..., :, None] * xn[..., None, :] * (ROUNDING_MARGIN * (d + 2) * u)
+
+
+def choose_groups(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Tensor, running: torch.Tensor,
+                  exclude: torch.Tensor, coef: float) -> tuple[list[list[tuple[torch.Tensor, torch.Tensor]]],
+                                                           torch.Tensor]:
+    """Group rows and exact neurons of a batch (W (R, m, d), a (R, m), X (R, n, d), y (R, n)).
+
+    Per run (training runs only): the live neurons not in ``exclude`` (R, m) whose margin μ_j
+    exceeds SAFETY × the movement predicted for one certification window at the current rate
+    (coef·|a_j|·‖g‖, g from the current residual and the neuron's own pattern), grouped by
+    activation pattern; the MAX_GROUPS largest groups of at least MIN_GROUP_SIZE neurons become
+    rows, given as (neuron indices, pattern (n,) bool). Returns the rows per run and the (R, m)
+    mask of the other live neurons (stepped exactly).
     """
+    from .model import _batched_residuals
 
-    def __init__(self, W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Tensor,
-                 live: torch.Tensor, patterns: list[torch.Tensor], inverse: list[torch.Tensor],
-                 kappa: float, lr: float, target: float):
-        R, m, d = W.shape
-        n = X.shape[1]
-        dev, dt = W.device, W.dtype
-        self.R, self.m, self.d, self.n = R, m, d, n
-        self.kappa, self.lr, self.target = float(kappa), float(lr), float(target)
-        self.coef = self.lr * self.kappa / n  # −lr·c > 0: W += coef·a_j·g_k, a += coef·(w_j·g_k)
-        K = max(1, max(int(p.shape[0]) for p in patterns))
-        row_run, row_slot, row_cols = [], [], []
-        for r in range(R):
-            idx = torch.nonzero(live[r]).flatten()
-            for k in range(int(patterns[r].shape[0])):
-                row_run.append(r)
-                row_slot.append(r * K + k)
-                row_cols.append(idx[inverse[r] == k])
-        G = len(row_run)
-        C = max(1, max(int(c.numel()) for c in row_cols))
+    live = ~certainly_dead(W, X)
+    pre, _, r = _batched_residuals(W, a, X, y)  # pre (R, n, m)
+    pre = pre.transpose(1, 2)  # (R, m, n)
+    pats = pre > 0
+    xn = torch.linalg.vector_norm(X, dim=-1)
+    rnd = _rounding_bound(torch.linalg.vector_norm(W, dim=-1), xn, X.shape[-1])
+    mu = ((pre.abs() - rnd) / xn[:, None, :]).amin(-1)
+    g = torch.bmm(pats.to(W.dtype) * r[:, None, :], X)  # (R, m, d): each neuron's own g
+    rate = coef * a.abs() * torch.linalg.vector_norm(g, dim=-1)
+    window = REFRESH_BLOCKS * BLOCK_STEPS
+    eligible = live & (mu > 0) & (mu > SAFETY * window * rate) & ~exclude & running[:, None]
+    in_row = torch.zeros_like(live)
+    rows: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
+    for r in range(W.shape[0]):
+        idx = torch.nonzero(eligible[r]).flatten()
+        run_rows: list[tuple[torch.Tensor, torch.Tensor]] = []
+        if idx.numel() >= MIN_GROUP_SIZE:
+            uniq, inv, counts = torch.unique(pats[r, idx], dim=0, return_inverse=True, return_counts=True)
+            order = torch.argsort(counts, descending=True, stable=True)[:MAX_GROUPS]
+            for k in order.tolist():
+                if int(counts[k]) < MIN_GROUP_SIZE:
+                    break
+                cols = idx[inv == k]
+                run_rows.append((cols, uniq[k]))
+                in_row[r, cols] = True
+        rows.append(run_rows)
+    return rows, live & ~in_row
+
+
+class GroupRows:
+    """The group rows of a batch of R runs: WT (G, d, C) holds each row's neurons as columns, then
+    zero columns up to the widest row (inert: a = 0 and w = 0 add nothing and get zero updates).
+    Per-run group quantities live in (R, K, ·) tensors, K = most rows of a run (empty slots 0)."""
+
+    def __init__(self, rows: list[list[tuple[torch.Tensor, torch.Tensor]]], X: torch.Tensor, coef: float):
+        R, n, d = X.shape
+        dev, dt = X.device, X.dtype
+        self.R, self.n, self.d, self.coef = R, n, d, coef
+        K = max(1, max(len(rr) for rr in rows))
+        flat = [(r, k, cols, pat) for r, rr in enumerate(rows) for k, (cols, pat) in enumerate(rr)]
+        G = len(flat)
+        C = max(1, max((int(f[2].numel()) for f in flat), default=1))
         self.G, self.C, self.K = G, C, K
-        self.row_run = torch.tensor(row_run, dtype=torch.long, device=dev)
-        self.row_slot = torch.tensor(row_slot, dtype=torch.long, device=dev)
-        self.neuron = torch.zeros(G, C, dtype=torch.long, device=dev)  # neuron index of each column
+        self.row_run = torch.tensor([f[0] for f in flat], dtype=torch.long, device=dev)
+        self.row_slot = torch.tensor([f[0] * K + f[1] for f in flat], dtype=torch.long, device=dev)
+        self.neuron = torch.zeros(G, C, dtype=torch.long, device=dev)
         self.colmask = torch.zeros(G, C, dtype=torch.bool, device=dev)
-        self.S = torch.zeros(R, K, n, dtype=dt, device=dev)  # group patterns (zero rows: no group)
-        for r in range(R):
-            self.S[r, : patterns[r].shape[0]] = patterns[r].to(dt)
-        for g, cols in enumerate(row_cols):
+        self.S = torch.zeros(R, K, n, dtype=dt, device=dev)
+        for g, (r, k, cols, pat) in enumerate(flat):
             self.neuron[g, : cols.numel()] = cols
             self.colmask[g, : cols.numel()] = True
+            self.S[r, k] = pat.to(dt)
         self.S_row = self.S.view(R * K, n)[self.row_slot]  # (G, n)
-        rows = self.row_run[:, None].expand(G, C)
-        Wr = torch.zeros(G, C, d, dtype=dt, device=dev)
-        self.a = torch.zeros(G, C, dtype=dt, device=dev)
-        Wr[self.colmask] = W[rows[self.colmask], self.neuron[self.colmask]]
-        self.a[self.colmask] = a[rows[self.colmask], self.neuron[self.colmask]]
-        self.WT = Wr.transpose(1, 2).contiguous()  # (G, d, C)
         self.X = X.contiguous()
         self.XT = X.transpose(1, 2).contiguous()
-        self.y = y.contiguous()
         self.xnorm = torch.linalg.vector_norm(X, dim=-1)  # (R, n)
-        # step buffers
+        self.WT = torch.zeros(G, d, C, dtype=dt, device=dev)
+        self.a = torch.zeros(G, C, dtype=dt, device=dev)
         self.u_row = torch.empty(G, 1, d, dtype=dt, device=dev)
         self.u = torch.zeros(R, K, d, dtype=dt, device=dev)
         self.Hk = torch.empty(R, K, n, dtype=dt, device=dev)
-        self.h = torch.empty(R, n, dtype=dt, device=dev)
-        self.r = torch.empty(R, n, dtype=dt, device=dev)
-        self.rr = torch.empty(R, n, dtype=dt, device=dev)
         self.v = torch.empty(R, K, n, dtype=dt, device=dev)
         self.g = torch.empty(R, K, d, dtype=dt, device=dev)
         self.g_row = torch.empty(G, d, dtype=dt, device=dev)
@@ -131,198 +152,207 @@ class StableStepper:
         self.sc = torch.empty(G, C, dtype=dt, device=dev)
         self.absa = torch.empty(G, C, dtype=dt, device=dev)
         self.acc = torch.zeros(G, C, dtype=dt, device=dev)
-        self.lbuf = torch.empty(BLOCK_STEPS, R, dtype=dt, device=dev)
-        self.go = torch.ones(R, dtype=dt, device=dev)  # 1: stepping here, 0: ejected
-        self.coef_row = torch.full((G, 1), self.coef, dtype=dt, device=dev)
+        self.margin = torch.full((G, C), float("inf"), dtype=dt, device=dev)
+        self.allow = torch.zeros(G, C, dtype=dt, device=dev)
         self.WT_bak = torch.empty_like(self.WT)
         self.a_bak = torch.empty_like(self.a)
-        self.margin = torch.empty(G, C, dtype=dt, device=dev)
-        self.allow = torch.empty(G, C, dtype=dt, device=dev)
-        self.ejected_at: dict[int, int] = {}
-        self.blocks_done = 0
+        self._sel = self.colmask.nonzero(as_tuple=True)
 
-    # -- certification ---------------------------------------------------------------------
-    def _refresh(self, t: int) -> None:
-        """Exact pre-activations: check every live neuron's signs against its group pattern and
-        set its margin μ_j; runs with a mismatch or a zero margin are ejected at iteration t."""
-        u = torch.finfo(self.WT.dtype).eps / 2
-        G, C, d, n = self.G, self.C, self.d, self.n
-        mu = torch.empty(G, C, dtype=self.WT.dtype, device=self.WT.device)
-        ok = torch.empty(G, dtype=torch.bool, device=self.WT.device)
-        step = max(1, (1 << 22) // max(1, C * n + d * n))  # rows per product (bounded memory)
-        for lo in range(0, G, step):
-            sl = slice(lo, min(G, lo + step))
-            XT = self.XT[self.row_run[sl]]  # (g, d, n)
-            Wb = self.WT[sl].transpose(1, 2)  # (g, C, d)
-            pre = torch.bmm(Wb, XT)  # (g, C, n)
-            rnd = torch.bmm(Wb.abs(), XT.abs()) * (ROUNDING_MARGIN * (d + 2) * u)
-            good = ((pre > 0) == (self.S_row[sl, None, :] > 0)) & (pre.abs() > rnd)
-            good |= ~self.colmask[sl, :, None]
-            ok[sl] = good.flatten(1).all(1)
-            mu[sl] = ((pre.abs() - rnd) / self.xnorm[self.row_run[sl], None, :]).amin(-1)
-        mu[~self.colmask] = float("inf")
-        self.margin.copy_(mu)
-        # rounding of the W updates themselves: a few ulps of ‖w_j‖·√d per step
-        wn = torch.linalg.vector_norm(self.WT, dim=1)
-        self.allow.copy_(wn * (8.0 * u * (d ** 0.5)))
-        self.acc.zero_()
-        bad = torch.zeros(self.R, dtype=torch.bool, device=self.WT.device)
-        bad.index_fill_(0, self.row_run[~ok], True)
-        for r in torch.nonzero(bad & (self.go > 0)).flatten().tolist():
-            self._eject(r, t, restore=False)
+    def load(self, W: torch.Tensor, a: torch.Tensor) -> None:
+        rows = self.row_run[:, None].expand(self.G, self.C)[self.colmask]
+        cols = self.neuron[self.colmask]
+        Wr = torch.zeros(self.G, self.C, self.d, dtype=W.dtype, device=W.device)
+        Wr[self.colmask] = W[rows, cols]
+        self.WT.copy_(Wr.transpose(1, 2))
+        self.a.zero_()
+        self.a[self.colmask] = a[rows, cols]
 
-    def _eject(self, r: int, t: int, restore: bool) -> None:
-        rows = self.row_run == r
-        if restore:
-            self.WT[rows] = self.WT_bak[rows]
-            self.a[rows] = self.a_bak[rows]
-        self.go[r] = 0.0
-        self.coef_row[rows] = 0.0
-        self.ejected_at[r] = t
+    def store(self, W: torch.Tensor, a: torch.Tensor) -> None:
+        rows = self.row_run[:, None].expand(self.G, self.C)[self.colmask]
+        cols = self.neuron[self.colmask]
+        W[rows, cols] = self.WT.transpose(1, 2)[self.colmask]
+        a[rows, cols] = self.a[self.colmask]
 
-    # -- the step ------------------------------------------------------------------------------
-    def _step(self, k: int) -> None:
+    def h(self, out: torch.Tensor) -> None:
+        """The rows' share of h (R, n) at the current state: Σ_k s_ki x_i·u_k."""
         G, C, R, K = self.G, self.C, self.R, self.K
         torch.bmm(self.a.view(G, 1, C), self.WT.transpose(1, 2), out=self.u_row)  # u_k = Σ_{j∈k} a_j w_j
         self.u.view(R * K, self.d).index_copy_(0, self.row_slot, self.u_row.view(G, self.d))
         torch.bmm(self.u, self.XT, out=self.Hk)
         self.Hk.mul_(self.S)
-        torch.sum(self.Hk, 1, out=self.h)  # h(x_i) = Σ_k s_ki x_i·u_k
-        torch.sub(self.y, self.h, out=self.r)
-        torch.mul(self.r, self.r, out=self.rr)
-        torch.sum(self.rr, -1, out=self.lbuf[k])
-        torch.mul(self.S, self.r[:, None, :], out=self.v)
+        torch.sum(self.Hk, 1, out=out)
+
+    def update(self, r: torch.Tensor, coef_row: torch.Tensor) -> None:
+        """One gradient step of the rows with residual r (R, n); coef_row (G, 1) = lr·κ/n, or 0
+        for stopped runs."""
+        G, C, R, K, d = self.G, self.C, self.R, self.K, self.d
+        torch.mul(self.S, r[:, None, :], out=self.v)
         torch.bmm(self.v, self.X, out=self.g)  # g_k = Σ_i s_ki r_i x_i
-        torch.index_select(self.g.view(R * K, self.d), 0, self.row_slot, out=self.g_row)
+        torch.index_select(self.g.view(R * K, d), 0, self.row_slot, out=self.g_row)
         torch.linalg.vector_norm(self.g_row, dim=-1, keepdim=True, out=self.gn)
-        torch.bmm(self.g_row.view(G, 1, self.d), self.WT, out=self.ga)  # w_j·g_k with the old w_j
+        torch.bmm(self.g_row.view(G, 1, d), self.WT, out=self.ga)  # w_j·g_k with the old w_j
         torch.abs(self.a, out=self.absa)
         self.acc.addcmul_(self.absa, self.gn)  # Σ_s |a_j(s)|·‖g_k(s)‖
-        torch.mul(self.a, self.coef_row, out=self.sc)  # coef·a_j (0 for ejected runs)
-        self.WT.addcmul_(self.g_row.view(G, self.d, 1), self.sc.view(G, 1, C))  # w_j − lr·c·a_j·g_k
-        self.a.addcmul_(self.ga.view(G, C), self.coef_row)  # a_j − lr·c·(w_j·g_k)
+        torch.mul(self.a, coef_row, out=self.sc)
+        self.WT.addcmul_(self.g_row.view(G, d, 1), self.sc.view(G, 1, C))  # w_j − lr·c·a_j·g_k
+        self.a.addcmul_(self.ga.view(G, C), coef_row)  # a_j − lr·c·(w_j·g_k)
 
-    def _block(self, t: int, steps: int) -> None:
-        self.WT_bak.copy_(self.WT)
-        self.a_bak.copy_(self.a)
-        for k in range(steps):
-            self._step(k)
-        self.blocks_done += 1
-        moved = self.acc * (self.coef * (1.0 + BOUND_SLACK))
-        steps_in_window = (self.blocks_done - 1) % REFRESH_BLOCKS * BLOCK_STEPS + steps
-        uncertified_row = ((moved + self.allow * steps_in_window) >= self.margin).any(1)
-        bad = torch.zeros(self.R, dtype=torch.bool, device=self.WT.device)
-        bad.index_fill_(0, self.row_run[uncertified_row], True)
-        loss = self.lbuf[:steps] * (self.kappa / (2 * self.n))
-        bad |= (loss < self.target).any(0)
-        for r in torch.nonzero(bad & (self.go > 0)).flatten().tolist():
-            self._eject(r, t, restore=True)
+    def refresh(self) -> torch.Tensor:
+        """Exact pre-activations: margins μ_j, accumulated bound reset. Returns the (G, C) mask of
+        neurons whose signs differ from their row's pattern or lie within rounding of 0."""
+        u = torch.finfo(self.WT.dtype).eps / 2
+        G, C, d, n = self.G, self.C, self.d, self.n
+        moved_last = self.acc * self.coef  # movement bound of the window just finished
+        bad = torch.zeros(G, C, dtype=torch.bool, device=self.WT.device)
+        wn = (self.WT * self.WT).sum(1).sqrt_()  # (G, C) ‖w_j‖
+        step = max(1, (1 << 22) // max(1, C * n + d * n))  # rows per product (bounded memory)
+        for lo in range(0, G, step):
+            sl = slice(lo, min(G, lo + step))
+            rr = self.row_run[sl]
+            pre = torch.bmm(self.X[rr], self.WT[sl])  # (g, n, C), points × neurons
+            xn = self.xnorm[rr]  # (g, n)
+            rnd = _rounding_bound(xn, wn[sl], d)  # (g, n, C)
+            good = ((pre > 0) == (self.S_row[sl, :, None] > 0)) & (pre.abs() > rnd)
+            bad[sl] = ~good.all(1) & self.colmask[sl]
+            self.margin[sl] = ((pre.abs() - rnd) / xn[:, :, None]).amin(1)
+        self.margin[~self.colmask] = float("inf")
+        bad |= (self.margin <= SAFETY * moved_last) & self.colmask  # likely to fail in the next window
+        # rounding of the W updates themselves: a few ulps of ‖w_j‖·√d per step
+        torch.mul(wn, 8.0 * u * d ** 0.5, out=self.allow)
+        self.acc.zero_()
+        return bad
 
-    def run(self, t0: int, count: int) -> None:
-        """``count`` steps from iteration t0 in certified blocks (ejecting runs as described)."""
+    def uncertified(self, steps_in_window: int) -> torch.Tensor:
+        """(G, C) mask of neurons whose movement bound reached their margin."""
+        moved = self.acc * (self.coef * (1.0 + BOUND_SLACK)) + self.allow * steps_in_window
+        return (moved >= self.margin) & self.colmask
+
+    def neurons(self, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(run, neuron) indices of the columns in ``mask`` (G, C)."""
+        g, c = mask.nonzero(as_tuple=True)
+        return self.row_run[g], self.neuron[g, c]
+
+
+class MixedStepper:
+    """A batch in the stable phase: group rows (GroupRows) plus the exact neurons in a
+    FastStepper, sharing each run's residual (see the module docstring)."""
+
+    def __init__(self, b: Any, kappa: float, lr: float, target: float):
+        self.b = b
+        self.kappa, self.lr, self.target = float(kappa), float(lr), float(target)
+        self.coef = self.lr * self.kappa / b.X.shape[1]
+        self.exclude = torch.zeros(b.W.shape[:2], dtype=torch.bool, device=b.W.device)
+        self.rebuilds = 0
+        self.demoted = 0
+
+    def _build(self, t: int) -> None:
+        b = self.b
+        rows, exact = choose_groups(b.W, b.a, b.X, b.y, b.running, self.exclude, self.coef)
+        self.rows = GroupRows(rows, b.X, self.coef)
+        self.fs = FastStepper(b, self.kappa, self.lr, self.target, blocks=False, dead=~exact)
+        self.rows.load(b.W, b.a)
+        self.fs.load(b, t)
+        fs, dev, dt = self.fs, b.W.device, b.W.dtype
+        R, n = b.X.shape[0], b.X.shape[1]
+        slot_of_run = torch.empty(R, dtype=torch.long)
+        for gi, grp in enumerate(fs.groups):
+            for q, r in enumerate(grp):
+                slot_of_run[r] = gi * fs.Q + q
+        self.slot_of_run = slot_of_run.to(dev)
+        self.fs_slot_run = fs.slot_run
+        self.y0 = fs.y.clone()
+        self.hg = torch.empty(R, n, dtype=dt, device=dev)
+        self.hs = torch.empty_like(fs.y)
+        self.r = torch.empty(R, n, dtype=dt, device=dev)
+        self.run_go = torch.empty(R, dtype=dt, device=dev)
+        self.coef_row = torch.empty(self.rows.G, 1, dtype=dt, device=dev)
+        self.window_pos = 0  # blocks done in the current certification window
+        self.group_neurons = int(self.rows.colmask.sum())
+        self.exact_neurons = int(exact.sum())
+
+    def _store(self) -> None:
+        self.fs.store(self.b)
+        self.rows.store(self.b.W, self.b.a)
+
+    def _step(self) -> None:
+        rows, fs = self.rows, self.fs
+        rows.h(self.hg)
+        torch.index_select(self.hg, 0, self.fs_slot_run, out=self.hs)
+        torch.sub(self.y0, self.hs, out=fs.y)  # the FastStepper sees y − (the rows' share of h)
+        fs._step()  # exact neurons, r, objective, stop test at t
+        torch.index_select(fs.r, 0, self.slot_of_run, out=self.r)
+        torch.index_select(fs.running.to(self.r.dtype), 0, self.slot_of_run, out=self.run_go)
+        torch.index_select(self.run_go, 0, rows.row_run, out=self.coef_row.view(-1))
+        self.coef_row.mul_(self.coef)
+        rows.update(self.r, self.coef_row)
+
+    def _snapshot(self) -> None:
+        fs = self.fs
+        self._bak = (fs.W.clone(), fs.a.clone(), fs.running.clone(), fs.stop.clone(), fs.t.clone())
+        self.rows.WT_bak.copy_(self.rows.WT)
+        self.rows.a_bak.copy_(self.rows.a)
+
+    def _undo(self) -> None:
+        fs = self.fs
+        for dst, src in zip((fs.W, fs.a, fs.running, fs.stop, fs.t), self._bak):
+            dst.copy_(src)
+        self.rows.WT.copy_(self.rows.WT_bak)
+        self.rows.a.copy_(self.rows.a_bak)
+
+    def _demote(self, mask: torch.Tensor, t: int) -> None:
+        """Make the neurons in ``mask`` (rows' (G, C)) exact and rebuild the layout at t."""
+        runs, neurons = self.rows.neurons(mask)
+        self.exclude[runs, neurons] = True
+        self.demoted += int(runs.numel())
+        self._store()
+        self._build(t)
+        self.rebuilds += 1
+
+    def run(self, t0: int, count: int, check_every: int) -> None:
+        """``count`` steps from t0 (blocks of BLOCK_STEPS, each certified or undone and redone)."""
+        self._build(t0)
         done = 0
         while done < count:
-            if self.blocks_done % REFRESH_BLOCKS == 0:
-                self._refresh(t0 + done)
-            if not bool((self.go > 0).any()):
-                return
+            if self.rows.G == 0:  # nothing in groups (any more): the general fast path alone
+                self.fs.steps(count - done, check_every)
+                break
+            if self.window_pos == 0:
+                bad = self.rows.refresh()
+                if bool(bad.any()):
+                    self._demote(bad, t0 + done)
+                    continue
             steps = min(BLOCK_STEPS, count - done)
-            self._block(t0 + done, steps)
+            self._snapshot()
+            for _ in range(steps):
+                self._step()
+            failed = self.rows.uncertified(self.window_pos * BLOCK_STEPS + steps)
+            if bool(failed.any()):
+                self._undo()
+                self._demote(failed, t0 + done)
+                continue
             done += steps
-
-    def write_back(self, W: torch.Tensor, a: torch.Tensor) -> None:
-        """Scatter the rows' neurons back into W (R, m, d) and a (R, m)."""
-        rows = self.row_run[:, None].expand(self.G, self.C)
-        W[rows[self.colmask], self.neuron[self.colmask]] = self.WT.transpose(1, 2)[self.colmask]
-        a[rows[self.colmask], self.neuron[self.colmask]] = self.a[self.colmask]
-
-
-def _sub_batch(b: Any, idx: list[int]) -> SimpleNamespace:
-    ix = torch.tensor(idx, dtype=torch.long, device=b.W.device)
-    return SimpleNamespace(keys=[b.keys[i] for i in idx], W=b.W[ix], a=b.a[ix], X=b.X[ix], y=b.y[ix],
-                           running=b.running[ix], stop_iter=b.stop_iter[ix])
-
-
-def _put_back(b: Any, idx: list[int], sub: SimpleNamespace) -> None:
-    ix = torch.tensor(idx, dtype=torch.long, device=b.W.device)
-    b.W[ix] = sub.W
-    b.a[ix] = sub.a
-    b.running[ix] = sub.running
-    b.stop_iter[ix] = sub.stop_iter
-
-
-def candidates(b: Any) -> tuple[list[int], list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
-    """Runs that enter the stable phase: training, with ≥ 1 live neuron and at most MAX_GROUPS
-    distinct activation patterns among their live neurons (decided from the state alone)."""
-    dead = certainly_dead(b.W, b.X)
-    live = ~dead
-    patterns, inverse = pattern_groups(b.W, b.X, live)
-    running = b.running.tolist()
-    idx = [r for r in range(len(patterns)) if running[r] and 0 < patterns[r].shape[0] <= MAX_GROUPS]
-    return idx, [patterns[r] for r in idx], [inverse[r] for r in idx], live
+            self.window_pos = (self.window_pos + 1) % REFRESH_BLOCKS
+            if check_every and not bool(self.fs.running.any()):
+                break
+        self._store()
+        _count(pieces=1, group_neurons=self.group_neurons, exact_neurons=self.exact_neurons,
+               rebuilds=self.rebuilds, demoted=self.demoted)
 
 
 def train_chunk_stable(b: Any, steps: int, t0: int, kappa: float, lr: float, target: float,
-                       check_every: int, stats: dict[str, int] | None = None) -> bool:
-    """Advance batch ``b`` by ``steps`` iterations from t0 with the stable phase for the runs
-    that qualify, in pieces of at most SUBCHUNK_STEPS steps (runs are classified afresh at each
-    piece, so an ejected run can come back); False (nothing done) if no run qualifies at t0."""
+                       check_every: int) -> bool:
+    """Advance batch ``b`` by ``steps`` iterations from t0 through the mixed stable-phase step, in
+    pieces of at most SUBCHUNK_STEPS steps with a fresh layout each; False (nothing done) if the
+    sizes are too small for it to pay (STABLE_MIN_POINTS_X_DIM)."""
+    if b.X.shape[1] * b.X.shape[2] < STABLE_MIN_POINTS_X_DIM:
+        return False
     done = 0
     while done < steps:
         piece = min(SUBCHUNK_STEPS, steps - done)
         if steps - done - piece < STABLE_MIN_STEPS:
             piece = steps - done  # no short tail piece
-        if not _stable_piece(b, piece, t0 + done, kappa, lr, target, check_every, stats):
-            if done == 0:
-                return False
-            from .fast import FastStepper
-
-            fs = FastStepper(b, kappa, lr, target)
-            fs.load(b, t0 + done)
-            fs.steps(steps - done, check_every)
-            fs.store(b)
-            return True
+        MixedStepper(b, kappa, lr, target).run(t0 + done, piece, check_every)
         done += piece
-    return True
-
-
-def _stable_piece(b: Any, steps: int, t0: int, kappa: float, lr: float, target: float,
-                  check_every: int, stats: dict[str, int] | None) -> bool:
-    from .fast import FastStepper
-
-    idx, patterns, inverse, live = candidates(b)
-    if not idx:
-        return False
-    rest = [r for r in range(len(b.keys)) if r not in set(idx)]
-    ix = torch.tensor(idx, dtype=torch.long, device=b.W.device)
-    st = StableStepper(b.W[ix], b.a[ix], b.X[ix], b.y[ix], live[ix], patterns, inverse, kappa, lr, target)
-    st.run(t0, steps)
-    W, a = b.W[ix].clone(), b.a[ix].clone()
-    st.write_back(W, a)
-    b.W[ix] = W
-    b.a[ix] = a
-    if stats is not None:
-        end = t0 + steps
-        add = {"chunks": 1, "stable_runs": len(idx), "ejected": len(st.ejected_at), "general_runs": len(rest),
-               "run_steps_stable": sum(st.ejected_at.get(r, end) - t0 for r in range(len(idx))),
-               "run_steps_ejected": sum(end - te for te in st.ejected_at.values()),
-               "run_steps_general": len(rest) * steps}
-        for k, v in add.items():
-            stats[k] = stats.get(k, 0) + v
-    for k, v in (("pieces", 1), ("stable_runs", len(idx)), ("ejected", len(st.ejected_at))):
-        COUNTERS[k] = COUNTERS.get(k, 0) + v
-    # runs on the general path: the others for the whole chunk, ejected ones from their ejection
-    by_start: dict[int, list[int]] = {}
-    if rest:
-        by_start[t0] = list(rest)
-    for r, te in st.ejected_at.items():
-        by_start.setdefault(te, []).append(idx[r])
-    for start, runs in sorted(by_start.items()):
-        runs = sorted(runs)
-        sub = _sub_batch(b, runs)
-        fs = FastStepper(sub, kappa, lr, target)
-        fs.load(sub, start)
-        fs.steps(t0 + steps - start, check_every)
-        fs.store(sub)
-        _put_back(b, runs, sub)
+        if check_every and not bool(b.running.any()):
+            break
     return True
