@@ -235,7 +235,13 @@ class GroupRows:
 
 class MixedStepper:
     """A batch in the stable phase: group rows (GroupRows) plus the exact neurons in a
-    FastStepper, sharing each run's residual (see the module docstring)."""
+    FastStepper, sharing each run's residual (see the module docstring). The rows are indexed by
+    the FastStepper's run slots, so h, r and the running flags need no re-indexing.
+
+    A block of BLOCK_STEPS steps runs without per-step stop tests (the objective of every step is
+    recorded, the running flags are those of the block's start); if a running run's objective
+    fell below the target inside the block, the block is undone and redone with the exact
+    per-step stop test (as fast.FastStepper._block does on CUDA)."""
 
     def __init__(self, b: Any, kappa: float, lr: float, target: float):
         self.b = b
@@ -244,27 +250,23 @@ class MixedStepper:
         self.exclude = torch.zeros(b.W.shape[:2], dtype=torch.bool, device=b.W.device)
         self.rebuilds = 0
         self.demoted = 0
+        self.redone = 0
 
     def _build(self, t: int) -> None:
         b = self.b
         rows, exact = choose_groups(b.W, b.a, b.X, b.y, b.running, self.exclude, self.coef)
-        self.rows = GroupRows(rows, b.X, self.coef)
-        self.fs = FastStepper(b, self.kappa, self.lr, self.target, blocks=False, dead=~exact)
-        self.rows.load(b.W, b.a)
-        self.fs.load(b, t)
-        fs, dev, dt = self.fs, b.W.device, b.W.dtype
-        R, n = b.X.shape[0], b.X.shape[1]
-        slot_of_run = torch.empty(R, dtype=torch.long)
-        for gi, grp in enumerate(fs.groups):
-            for q, r in enumerate(grp):
-                slot_of_run[r] = gi * fs.Q + q
-        self.slot_of_run = slot_of_run.to(dev)
-        self.fs_slot_run = fs.slot_run
+        fs = FastStepper(b, self.kappa, self.lr, self.target, use_graphs=False, blocks=False, dead=~exact)
+        fs.load(b, t)
+        slot_run = fs.slot_run.tolist()
+        real = fs.real.tolist()
+        by_slot = [rows[r] if ok else [] for r, ok in zip(slot_run, real)]
+        self.rows = GroupRows(by_slot, b.X[fs.slot_run], self.coef)
+        self.rows.load(b.W[fs.slot_run], b.a[fs.slot_run])
+        self.fs = fs
+        dev, dt = b.W.device, b.W.dtype
         self.y0 = fs.y.clone()
-        self.hg = torch.empty(R, n, dtype=dt, device=dev)
-        self.hs = torch.empty_like(fs.y)
-        self.r = torch.empty(R, n, dtype=dt, device=dev)
-        self.run_go = torch.empty(R, dtype=dt, device=dev)
+        self.hg = torch.empty_like(fs.y)
+        self.lbuf = torch.empty(BLOCK_STEPS, fs.y.shape[0], dtype=dt, device=dev)
         self.coef_row = torch.empty(self.rows.G, 1, dtype=dt, device=dev)
         self.window_pos = 0  # blocks done in the current certification window
         self.group_neurons = int(self.rows.colmask.sum())
@@ -272,41 +274,66 @@ class MixedStepper:
 
     def _store(self) -> None:
         self.fs.store(self.b)
-        self.rows.store(self.b.W, self.b.a)
+        W, a = self.b.W[self.fs.slot_run], self.b.a[self.fs.slot_run]
+        self.rows.store(W, a)
+        real = self.fs.real_slots
+        self.b.W[self.fs.slot_run[real]] = W[real]
+        self.b.a[self.fs.slot_run[real]] = a[real]
 
-    def _step(self) -> None:
+    def _set_coef(self) -> None:
+        """coef_row = lr·κ/n for the rows of running runs, 0 for stopped ones."""
+        torch.index_select(self.fs.running.to(self.coef_row.dtype), 0, self.rows.row_run, out=self.coef_row.view(-1))
+        self.coef_row.mul_(self.coef)
+
+    def _step(self, k: int | None = None) -> None:
+        """One step: ``k`` = step of an unchecked block (objective sums to lbuf[k]); None: the
+        exact per-step stop test."""
         rows, fs = self.rows, self.fs
         rows.h(self.hg)
-        torch.index_select(self.hg, 0, self.fs_slot_run, out=self.hs)
-        torch.sub(self.y0, self.hs, out=fs.y)  # the FastStepper sees y − (the rows' share of h)
-        fs._step()  # exact neurons, r, objective, stop test at t
-        torch.index_select(fs.r, 0, self.slot_of_run, out=self.r)
-        torch.index_select(fs.running.to(self.r.dtype), 0, self.slot_of_run, out=self.run_go)
-        torch.index_select(self.run_go, 0, rows.row_run, out=self.coef_row.view(-1))
-        self.coef_row.mul_(self.coef)
-        rows.update(self.r, self.coef_row)
+        torch.sub(self.y0, self.hg, out=fs.y)  # the FastStepper sees y − (the rows' share of h)
+        if k is None:
+            fs._step()  # exact neurons, r, objective, stop test at t
+            self._set_coef()
+        else:
+            fs.lbuf = self.lbuf
+            fs._step(k)
+        rows.update(fs.r, self.coef_row)
 
     def _snapshot(self) -> None:
         fs = self.fs
-        self._bak = (fs.W.clone(), fs.a.clone(), fs.running.clone(), fs.stop.clone(), fs.t.clone())
+        self._bak = (fs.W.clone(), fs.a.clone(), fs.running.clone(), fs.stop.clone(), fs.t.clone(),
+                     self.rows.acc.clone())
         self.rows.WT_bak.copy_(self.rows.WT)
         self.rows.a_bak.copy_(self.rows.a)
 
     def _undo(self) -> None:
         fs = self.fs
-        for dst, src in zip((fs.W, fs.a, fs.running, fs.stop, fs.t), self._bak):
+        for dst, src in zip((fs.W, fs.a, fs.running, fs.stop, fs.t, self.rows.acc), self._bak):
             dst.copy_(src)
         self.rows.WT.copy_(self.rows.WT_bak)
         self.rows.a.copy_(self.rows.a_bak)
 
     def _demote(self, mask: torch.Tensor, t: int) -> None:
         """Make the neurons in ``mask`` (rows' (G, C)) exact and rebuild the layout at t."""
-        runs, neurons = self.rows.neurons(mask)
-        self.exclude[runs, neurons] = True
-        self.demoted += int(runs.numel())
+        slots, neurons = self.rows.neurons(mask)
+        self.exclude[self.fs.slot_run[slots], neurons] = True
+        self.demoted += int(slots.numel())
         self._store()
         self._build(t)
         self.rebuilds += 1
+
+    def _block(self, steps: int) -> None:
+        self._snapshot()
+        self.fs._set_go()
+        self._set_coef()
+        for k in range(steps):
+            self._step(k)
+        loss = self.lbuf[:steps] * (self.kappa / (2 * self.fs.n))
+        if bool(((loss < self.target) & self.fs.running).any()):
+            self._undo()
+            self.redone += 1
+            for _ in range(steps):
+                self._step()
 
     def run(self, t0: int, count: int, check_every: int) -> None:
         """``count`` steps from t0 (blocks of BLOCK_STEPS, each certified or undone and redone)."""
@@ -322,9 +349,7 @@ class MixedStepper:
                     self._demote(bad, t0 + done)
                     continue
             steps = min(BLOCK_STEPS, count - done)
-            self._snapshot()
-            for _ in range(steps):
-                self._step()
+            self._block(steps)
             failed = self.rows.uncertified(self.window_pos * BLOCK_STEPS + steps)
             if bool(failed.any()):
                 self._undo()
@@ -336,7 +361,7 @@ class MixedStepper:
                 break
         self._store()
         _count(pieces=1, group_neurons=self.group_neurons, exact_neurons=self.exact_neurons,
-               rebuilds=self.rebuilds, demoted=self.demoted)
+               rebuilds=self.rebuilds, demoted=self.demoted, redone_blocks=self.redone)
 
 
 def train_chunk_stable(b: Any, steps: int, t0: int, kappa: float, lr: float, target: float,
