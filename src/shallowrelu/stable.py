@@ -96,20 +96,37 @@ def choose_groups(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Te
     eligible = live & (mu > 0) & (mu > SAFETY * window * rate) & ~exclude & running[:, None]
     in_row = torch.zeros_like(live)
     rows: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
+    codes = pattern_codes(pats)  # (R, m, words): equal patterns ⇔ equal codes
     for r in range(W.shape[0]):
         idx = torch.nonzero(eligible[r]).flatten()
         run_rows: list[tuple[torch.Tensor, torch.Tensor]] = []
         if idx.numel() >= MIN_GROUP_SIZE:
-            uniq, inv, counts = torch.unique(pats[r, idx], dim=0, return_inverse=True, return_counts=True)
+            c = codes[r, idx]
+            if c.shape[1] == 1:
+                _, inv, counts = torch.unique(c[:, 0], return_inverse=True, return_counts=True)
+            else:
+                _, inv, counts = torch.unique(c, dim=0, return_inverse=True, return_counts=True)
             order = torch.argsort(counts, descending=True, stable=True)[:MAX_GROUPS]
             for k in order.tolist():
                 if int(counts[k]) < MIN_GROUP_SIZE:
                     break
                 cols = idx[inv == k]
-                run_rows.append((cols, uniq[k]))
+                run_rows.append((cols, pats[r, cols[0]]))
                 in_row[r, cols] = True
         rows.append(run_rows)
     return rows, live & ~in_row
+
+
+def pattern_codes(pats: torch.Tensor) -> torch.Tensor:
+    """(..., n) bool patterns → (..., ⌈n/52⌉) int64 codes, 52 pattern bits per word (the sums
+    of powers of two are exact in float64), so equal patterns ⇔ equal codes."""
+    n = pats.shape[-1]
+    words = -(-n // 52)
+    x = pats.to(torch.float64)
+    if words * 52 != n:
+        x = torch.nn.functional.pad(x, (0, words * 52 - n))
+    weights = torch.pow(2.0, torch.arange(52, dtype=torch.float64, device=pats.device))
+    return (x.view(*pats.shape[:-1], words, 52) @ weights).to(torch.int64)
 
 
 class GroupRows:
