@@ -21,7 +21,7 @@ say "== versions"
 
 if [ -z "${SKIP_CHECKS:-}" ]; then
 say "== equality tests on CUDA (fast path on the GPU vs the CPU reference oracle)"
-timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_fast.py tests/test_core.py -k "cuda or engine_matches_reference" 2>&1 | tail -15 | tee -a "$LOG"
+timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_fast.py tests/test_stable.py tests/test_core.py -k "cuda or engine_matches_reference" 2>&1 | tail -15 | tee -a "$LOG"
 
 say "== benchmark"
 timeout 230 python3 -m shallowrelu bench --device cuda --seconds 1 --repeats 2 --warmup-iters 5000 \

@@ -50,12 +50,16 @@ def _check(res, spec, max_iters, n_log, target=None):
     return ref
 
 
-def test_stable_phase_matches_reference_across_regimes(counters):
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_stable_phase_matches_reference_across_regimes(counters, device):
     """Lazy to rich λ on both schemes, cap 6000: loss-target stops and capped runs, with group
     rows in the long chunks."""
     trials = [make_trial("centred", 8, 40, 3), make_trial("uncentred", 8, 40, 4)]
     specs = [RunSpec(tr, 4.0**e, f"{tr.scheme}{e}") for tr in trials for e in [2, 0, -3, -8]]
-    cfg = TrainConfig(max_iters=6000, n_log=12, device="cpu", stable_phase="on")
+    cfg = TrainConfig(max_iters=6000, n_log=12, device=device, stable_phase="on")
     reasons = set()
     for spec, res in zip(specs, train(specs, cfg, progress=False)):
         reasons.add(_check(res, spec, 6000, 12).stop_reason)
@@ -83,11 +87,12 @@ def test_stable_phase_demotes_on_pattern_change_and_stops_exactly(monkeypatch, c
     assert counters["demoted"] > 0 and counters["rebuilds"] > 0 and counters["group_neurons"] > 0
 
 
-def test_stable_phase_d16_m200_rich_and_lazy(counters):
+@pytest.mark.parametrize("device", DEVICES)
+def test_stable_phase_d16_m200_rich_and_lazy(counters, device):
     """The benchmark's shape: d = 16, m = 200, λ = 16 (lazy) and 4^-8 (rich)."""
     tr = make_trial("centred", 16, 200, 0)
     specs = [RunSpec(tr, 16.0, "lazy"), RunSpec(tr, 4.0**-8, "rich")]
-    cfg = TrainConfig(max_iters=3000, n_log=8, device="cpu", stable_phase="on")
+    cfg = TrainConfig(max_iters=3000, n_log=8, device=device, stable_phase="on")
     for spec, res in zip(specs, train(specs, cfg, progress=False)):
         _check(res, spec, 3000, 8)
     assert counters["group_neurons"] > 0
