@@ -123,8 +123,8 @@ def test_a_neuron_at_its_boundary_is_never_in_a_group(monkeypatch):
 
 
 def test_block_bound_covers_the_movement(monkeypatch):
-    """The accumulated bound lr·|c|·Σ|a_j|‖g_k‖ is at least each group neuron's actual movement
-    over a window (the triangle inequality the certification rests on)."""
+    """The bound ‖z_j(t₀)‖·(exp(lr·|c|·Σ‖g_k‖) − 1) is at least each group neuron's actual
+    movement over a window (the inequality the certification rests on)."""
     monkeypatch.setattr(stable, "SAFETY", 0.0)
     monkeypatch.setattr(stable, "MIN_GROUP_SIZE", 1)
     tr = make_trial("centred", 8, 40, 5)
@@ -136,6 +136,6 @@ def test_block_bound_covers_the_movement(monkeypatch):
     for _ in range(stable.BLOCK_STEPS):
         ms._step()
     moved = torch.linalg.vector_norm(ms.rows.WT - before, dim=1)  # (G, C)
-    bound = ms.rows.acc * ms.rows.coef
+    bound = ms.rows.movement_bound()
     assert bool((moved <= bound * (1 + 1e-9) + 1e-300).all())
     assert float(moved.max()) > 0

@@ -76,7 +76,7 @@ def choose_groups(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Te
 
     Per run (training runs only): the live neurons not in ``exclude`` (R, m) whose margin μ_j
     exceeds SAFETY × the movement predicted for one certification window at the current rate
-    (coef·|a_j|·‖g‖, g from the current residual and the neuron's own pattern), grouped by
+    (coef·‖(w_j, a_j)‖·‖g‖, g from the current residual and the neuron's own pattern), grouped by
     activation pattern; the MAX_GROUPS largest groups of at least MIN_GROUP_SIZE neurons become
     rows, given as (neuron indices, pattern (n,) bool). Returns the rows per run and the (R, m)
     mask of the other live neurons (stepped exactly).
@@ -91,7 +91,8 @@ def choose_groups(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Te
     rnd = _rounding_bound(torch.linalg.vector_norm(W, dim=-1), xn, X.shape[-1])
     mu = ((pre.abs() - rnd) / xn[:, None, :]).amin(-1)
     g = torch.bmm(pats.to(W.dtype) * r[:, None, :], X)  # (R, m, d): each neuron's own g
-    rate = coef * a.abs() * torch.linalg.vector_norm(g, dim=-1)
+    zn = torch.sqrt((W * W).sum(-1) + a * a)  # ‖(w_j, a_j)‖, as in GroupRows.movement_bound
+    rate = coef * zn * torch.linalg.vector_norm(g, dim=-1)
     window = REFRESH_BLOCKS * BLOCK_STEPS
     eligible = live & (mu > 0) & (mu > SAFETY * window * rate) & ~exclude & running[:, None]
     in_row = torch.zeros_like(live)
@@ -167,8 +168,8 @@ class GroupRows:
         self.gn = torch.empty(G, 1, dtype=dt, device=dev)
         self.ga = torch.empty(G, 1, C, dtype=dt, device=dev)
         self.sc = torch.empty(G, C, dtype=dt, device=dev)
-        self.absa = torch.empty(G, C, dtype=dt, device=dev)
-        self.acc = torch.zeros(G, C, dtype=dt, device=dev)
+        self.gsum = torch.zeros(G, 1, dtype=dt, device=dev)  # Σ_s ‖g_k(s)‖ over the window
+        self.zn = torch.zeros(G, C, dtype=dt, device=dev)  # ‖(w_j, a_j)‖ at the window's start
         self.margin = torch.full((G, C), float("inf"), dtype=dt, device=dev)
         self.allow = torch.zeros(G, C, dtype=dt, device=dev)
         self.WT_bak = torch.empty_like(self.WT)
@@ -208,8 +209,7 @@ class GroupRows:
         torch.index_select(self.g.view(R * K, d), 0, self.row_slot, out=self.g_row)
         torch.linalg.vector_norm(self.g_row, dim=-1, keepdim=True, out=self.gn)
         torch.bmm(self.g_row.view(G, 1, d), self.WT, out=self.ga)  # w_j·g_k with the old w_j
-        torch.abs(self.a, out=self.absa)
-        self.acc.addcmul_(self.absa, self.gn)  # Σ_s |a_j(s)|·‖g_k(s)‖
+        self.gsum.add_(self.gn)
         torch.mul(self.a, coef_row, out=self.sc)
         self.WT.addcmul_(self.g_row.view(G, d, 1), self.sc.view(G, 1, C))  # w_j − lr·c·a_j·g_k
         self.a.addcmul_(self.ga.view(G, C), coef_row)  # a_j − lr·c·(w_j·g_k)
@@ -219,7 +219,7 @@ class GroupRows:
         neurons whose signs differ from their row's pattern or lie within rounding of 0."""
         u = torch.finfo(self.WT.dtype).eps / 2
         G, C, d, n = self.G, self.C, self.d, self.n
-        moved_last = self.acc * self.coef  # movement bound of the window just finished
+        moved_last = self.movement_bound()  # of the window just finished
         bad = torch.zeros(G, C, dtype=torch.bool, device=self.WT.device)
         wn = (self.WT * self.WT).sum(1).sqrt_()  # (G, C) ‖w_j‖
         step = max(1, (1 << 22) // max(1, C * n + d * n))  # rows per product (bounded memory)
@@ -236,12 +236,22 @@ class GroupRows:
         bad |= (self.margin <= SAFETY * moved_last) & self.colmask  # likely to fail in the next window
         # rounding of the W updates themselves: a few ulps of ‖w_j‖·√d per step
         torch.mul(wn, 8.0 * u * d ** 0.5, out=self.allow)
-        self.acc.zero_()
+        torch.sqrt(wn * wn + self.a * self.a, out=self.zn)
+        self.gsum.zero_()
         return bad
 
+    def movement_bound(self) -> torch.Tensor:
+        """(G, C) bound on ‖w_j(t) − w_j(t₀)‖ since the window's start t₀ (exact arithmetic).
+
+        A step maps z_j = (w_j, a_j) to z_j + coef·K z_j with K = [[0, g_k], [g_kᵀ, 0]],
+        ‖K‖ = ‖g_k‖, so ‖z_j(s)‖ ≤ ‖z_j(t₀)‖·Π(1 + coef‖g_k‖) and ‖w_j(t) − w_j(t₀)‖ ≤
+        Σ_s coef·|a_j(s)|·‖g_k(s)‖ ≤ ‖z_j(t₀)‖·(exp(coef·Σ_s ‖g_k(s)‖) − 1).
+        """
+        return self.zn * torch.expm1(self.gsum * (self.coef * (1.0 + BOUND_SLACK)))
+
     def uncertified(self, steps_in_window: int) -> torch.Tensor:
-        """(G, C) mask of neurons whose movement bound reached their margin."""
-        moved = self.acc * (self.coef * (1.0 + BOUND_SLACK)) + self.allow * steps_in_window
+        """(G, C) mask of neurons whose movement bound (plus rounding) reached their margin."""
+        moved = self.movement_bound() + self.allow * steps_in_window
         return (moved >= self.margin) & self.colmask
 
     def neurons(self, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -319,13 +329,13 @@ class MixedStepper:
     def _snapshot(self) -> None:
         fs = self.fs
         self._bak = (fs.W.clone(), fs.a.clone(), fs.running.clone(), fs.stop.clone(), fs.t.clone(),
-                     self.rows.acc.clone())
+                     self.rows.gsum.clone())
         self.rows.WT_bak.copy_(self.rows.WT)
         self.rows.a_bak.copy_(self.rows.a)
 
     def _undo(self) -> None:
         fs = self.fs
-        for dst, src in zip((fs.W, fs.a, fs.running, fs.stop, fs.t, self.rows.acc), self._bak):
+        for dst, src in zip((fs.W, fs.a, fs.running, fs.stop, fs.t, self.rows.gsum), self._bak):
             dst.copy_(src)
         self.rows.WT.copy_(self.rows.WT_bak)
         self.rows.a.copy_(self.rows.a_bak)
