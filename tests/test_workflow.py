@@ -105,6 +105,19 @@ def test_dry_run_job_counts_match_grid(tmp_path, configfile, n_trials, n_runs):
     assert sum(len(v) for v in outs.values()) == n_runs
 
 
+def test_seeds_per_job_batches_trials_and_declares_the_same_runs(tmp_path):
+    """train.seeds_per_job = 3: the trials of one (scheme, d, m, λ set) train as one job; the
+    declared run summaries are exactly those of one job per trial."""
+    _, out1 = dry_run(tmp_path, "config/config.yaml")
+    counts, out3 = dry_run(tmp_path, "config/config.yaml", config=['train={"seeds_per_job": 3}'])
+    one, three = train_outputs(out1), train_outputs(out3)
+    assert sorted(p for v in three.values() for p in v) == sorted(p for v in one.values() for p in v)
+    assert len(three) < len(one)
+    batched = [k for k in three if "_seeds" in k]
+    assert batched and all(len(three[k]) % 8 == 0 and len(three[k]) > 8 for k in batched)
+    assert any(k.endswith("_seeds0_1_2") for k in batched)
+
+
 def test_named_targets_and_gpu_resource(tmp_path):
     counts, out = dry_run(tmp_path, "config/config.yaml", config=["train={device: cuda, group: trials}"])
     assert "gpu=1" in out

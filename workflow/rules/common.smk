@@ -79,6 +79,26 @@ def trial_outputs(key):
     return [str(stems[0].parent / "trial.npz")] + [f"{s}{x}" for s in stems for x in (".json", ".npz")]
 
 
+def training_jobs():
+    """The training jobs: registered trials with the same (root, scheme, d, m, rho, λ set),
+    ``train.seeds_per_job`` seeds at a time (in seed order), as lists of trial keys."""
+    per = TRAIN["seeds_per_job"]
+    by_cell = {}
+    for key in sorted(TRIALS, key=lambda k: k[:5]):
+        root, scheme, d, m, _seed, rho = key
+        cell = (root, scheme, d, m, rho, tuple(sorted(TRIALS[key], reverse=True)))
+        by_cell.setdefault(cell, []).append(key)
+    return [keys[i:i + per] for keys in by_cell.values() for i in range(0, len(keys), per)]
+
+
+def job_name(keys):
+    """Rule name of a training job: trial_name of a single trial, else with all its seeds,
+    e.g. train_centred_d16_m200_seeds0_1_2."""
+    if len(keys) == 1:
+        return trial_name(keys[0])
+    return trial_name(keys[0]).rsplit("_seed", 1)[0] + "_seeds" + "_".join(str(k[4]) for k in keys)
+
+
 def trial_name(key):
     """Rule name of a trial's training job, e.g. train_centred_d16_m200_seed0."""
     root, scheme, d, m, seed, _rho = key

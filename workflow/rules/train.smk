@@ -1,25 +1,26 @@
-# One training job per trial (scheme, d, m, seed): all its λ values train as one batch and
-# the job writes every run's .json/.npz (docs/workflow.md says why a job is a trial).
+# One training job per trial (scheme, d, m, seed), or per train.seeds_per_job trials of the same
+# (scheme, d, m, λ set): all their runs train as one batch and the job writes every run's
+# .json/.npz (docs/workflow.md says why a job is a trial).
 # Included last by the Snakefile, after every family has registered its runs (request_runs).
 
 
-for _key in sorted(TRIALS, key=lambda k: k[:5]):
-    _root, _scheme, _d, _m, _seed, _rho = _key
-    _exps = sorted(TRIALS[_key], reverse=True)
+for _keys in training_jobs():
+    _root, _scheme, _d, _m, _seed, _rho = _keys[0]
+    _exps = sorted(TRIALS[_keys[0]], reverse=True)
 
     rule:
         name:
-            trial_name(_key)
+            job_name(_keys)
         output:
-            trial_outputs(_key),
+            [f for _key in _keys for f in trial_outputs(_key)],
         log:
-            f"{LOGS}/train/{trial_name(_key)}.log",
+            f"{LOGS}/train/{job_name(_keys)}.log",
         params:
             root=lambda wc, output: runs_root_of(output),
             scheme=_scheme,
             d=_d,
             m=_m,
-            seed=_seed,
+            seed=" ".join(str(k[4]) for k in _keys),
             exps=" ".join(str(e) for e in _exps),
             rho="" if _rho is None else f"--rho {_rho!r}",
             max_iters=TRAIN["max_iters"],
@@ -31,7 +32,7 @@ for _key in sorted(TRIALS, key=lambda k: k[:5]):
             checkpoint=TRAIN["checkpoint_every_s"],
         threads: TRAIN["threads"]
         resources:
-            **trial_resources(_d, _m, len(_exps)),
+            **trial_resources(_d, _m, len(_exps) * len(_keys)),
         group:
             TRAIN["group"]
         conda:
