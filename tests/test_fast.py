@@ -32,13 +32,7 @@ def mode(request, monkeypatch):
     return request.param
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny matrix products: one thread avoids OpenMP stalls on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _check(res, trial, lam, max_iters, n_log, conv="authors", target=None):

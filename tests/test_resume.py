@@ -102,14 +102,6 @@ def reference(tmp_path_factory):
     return root, ref
 
 
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _kill_after_checkpoint(monkeypatch, when):
     """Make the job die right after writing the first checkpoint for which ``when(state)`` holds."""
     original = engine._write_checkpoint

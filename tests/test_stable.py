@@ -17,13 +17,7 @@ from shallowrelu.datasets import make_trial
 from shallowrelu.engine import RunSpec, TrainConfig, train
 from shallowrelu.model import get_convention, reference_train
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(autouse=True)

@@ -79,7 +79,7 @@ def gradients(
     return grad_W, grad_a
 
 
-def _batched_residuals(
+def batched_residuals(
     W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Pre-activations (R, n, m), activations and residuals r = y − h(X) (R, n) of a batch."""
@@ -98,7 +98,7 @@ def batched_loss_and_gradients(
     engine both call it, so their iterates agree bit for bit on the CPU.
     """
     n = X.shape[1]
-    pre, act, r = _batched_residuals(W, a, X, y)
+    pre, act, r = batched_residuals(W, a, X, y)
     loss = kappa * (r * r).sum(-1) / (2 * n)
     grad_a = -(kappa / n) * torch.bmm(act.transpose(1, 2), r.unsqueeze(-1)).squeeze(-1)
     masked = (pre > 0).to(W.dtype) * r.unsqueeze(-1)  # (R, n, m), relu'(0) = 0
@@ -108,7 +108,7 @@ def batched_loss_and_gradients(
 
 def batched_objective(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Tensor, kappa: float) -> torch.Tensor:
     """κ·L per run (R,), with exactly the arithmetic of :func:`batched_loss_and_gradients`."""
-    r = _batched_residuals(W, a, X, y)[2]
+    r = batched_residuals(W, a, X, y)[2]
     return kappa * (r * r).sum(-1) / (2 * X.shape[1])
 
 

@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from .fast import ROUNDING_MARGIN, FastStepper, certainly_dead
+from .model import batched_residuals
 
 STABLE_MIN_STEPS = 256  # chunks shorter than this stay on the general fast path
 STABLE_MIN_POINTS_X_DIM = 256  # n·d below this: the general step is cheap enough (d = 4 ran slower here)
@@ -81,16 +82,14 @@ def choose_groups(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Te
     rows, given as (neuron indices, pattern (n,) bool). Returns the rows per run and the (R, m)
     mask of the other live neurons (stepped exactly).
     """
-    from .model import _batched_residuals
-
     live = ~certainly_dead(W, X)
-    pre, _, r = _batched_residuals(W, a, X, y)  # pre (R, n, m)
+    pre, _, res = batched_residuals(W, a, X, y)  # pre (R, n, m), residual (R, n)
     pre = pre.transpose(1, 2)  # (R, m, n)
     pats = pre > 0
     xn = torch.linalg.vector_norm(X, dim=-1)
     rnd = _rounding_bound(torch.linalg.vector_norm(W, dim=-1), xn, X.shape[-1])
     mu = ((pre.abs() - rnd) / xn[:, None, :]).amin(-1)
-    g = torch.bmm(pats.to(W.dtype) * r[:, None, :], X)  # (R, m, d): each neuron's own g
+    g = torch.bmm(pats.to(W.dtype) * res[:, None, :], X)  # (R, m, d): each neuron's own g
     zn = torch.sqrt((W * W).sum(-1) + a * a)  # ‖(w_j, a_j)‖, as in GroupRows.movement_bound
     rate = coef * zn * torch.linalg.vector_norm(g, dim=-1)
     window = REFRESH_BLOCKS * BLOCK_STEPS
@@ -174,7 +173,6 @@ class GroupRows:
         self.allow = torch.zeros(G, C, dtype=dt, device=dev)
         self.WT_bak = torch.empty_like(self.WT)
         self.a_bak = torch.empty_like(self.a)
-        self._sel = self.colmask.nonzero(as_tuple=True)
 
     def load(self, W: torch.Tensor, a: torch.Tensor) -> None:
         rows = self.row_run[:, None].expand(self.G, self.C)[self.colmask]
@@ -228,7 +226,7 @@ class GroupRows:
             rr = self.row_run[sl]
             pre = torch.bmm(self.X[rr], self.WT[sl])  # (g, n, C), points × neurons
             xn = self.xnorm[rr]  # (g, n)
-            rnd = _rounding_bound(xn, wn[sl], d)  # (g, n, C)
+            rnd = _rounding_bound(xn, wn[sl], d)  # (g, n, C): the bound is symmetric in its norms
             good = ((pre > 0) == (self.S_row[sl, :, None] > 0)) & (pre.abs() > rnd)
             bad[sl] = ~good.all(1) & self.colmask[sl]
             self.margin[sl] = ((pre.abs() - rnd) / xn[:, :, None]).amin(1)
