@@ -123,6 +123,30 @@ def test_pairwise_stats_on_many_vectors_against_direct_formula():
     assert float(st["mean"]) == pytest.approx(ang.sum() / (k * (k - 1)), rel=1e-6)
 
 
+def test_pairwise_stats_per_run_with_groups_of_different_sizes():
+    """A batch whose runs select 5, 12 and 1 of 20 rows (the selected rows are moved to the front
+    and the pair arrays cut to the largest group): each run equals the direct formula, arccos form
+    included, and the run with one row is NaN."""
+    rng = np.random.default_rng(7)
+    W = rng.standard_normal((3, 20, 6))
+    mask = np.zeros((3, 20), dtype=bool)
+    mask[0, rng.choice(20, 5, replace=False)] = True
+    mask[1, rng.choice(20, 12, replace=False)] = True
+    mask[2, 3] = True
+    st = pairwise_angle_stats(torch.tensor(W), torch.tensor(mask))
+    for r in range(2):
+        U = W[r][mask[r]] / np.linalg.norm(W[r][mask[r]], axis=1, keepdims=True)
+        ang = np.degrees(2 * np.arctan2(np.linalg.norm(U[:, None] - U[None], axis=-1),
+                                        np.linalg.norm(U[:, None] + U[None], axis=-1)))
+        acos = np.degrees(np.arccos(np.clip(U @ U.T, -1, 1)))
+        k = mask[r].sum()
+        assert float(st["max"][r]) == pytest.approx(ang.max(), rel=1e-9)
+        assert float(st["mean"][r]) == pytest.approx(ang.sum() / (k * (k - 1)), rel=1e-9)
+        assert float(st["mean_arccos"][r]) == pytest.approx(acos.sum() / (k * (k - 1)), rel=1e-9)
+        assert int(st["count"][r]) == k
+    assert math.isnan(float(st["max"][2])) and int(st["count"][2]) == 1
+
+
 def test_group_with_fewer_than_two_neurons_is_nan():
     W = torch.randn(1, 4, 3, dtype=torch.float64)
     st = pairwise_angle_stats(W, torch.tensor([[True, False, False, False]]))

@@ -410,10 +410,10 @@ def train_chunk(b: Any, steps: int, t0: int, kappa: float, lr: float, target: fl
                 stable: bool = False) -> None:
     """Advance the engine batch ``b`` by ``steps`` iterations from iteration ``t0`` (fast path).
 
-    With ``stable``, chunks of at least stable.STABLE_MIN_STEPS steps put the runs whose
-    activation patterns qualify through the stable-pattern phase (stable.py) and the others
-    through a FastStepper of their own. Otherwise the stepper lives on the batch between
-    chunks (``b._fast``) and is rebuilt when the batch's runs change.
+    With ``stable``, chunks of at least stable.STABLE_MIN_STEPS steps (where n·d is large enough
+    for it to pay) go through the stable-pattern phase (stable.train_chunk_stable: certified
+    pattern-group rows plus the other neurons in a FastStepper). Otherwise the stepper lives on
+    the batch between chunks (``b._fast``) and is rebuilt when the batch's runs change.
     """
     if stable:
         from .stable import STABLE_MIN_STEPS, train_chunk_stable
