@@ -13,24 +13,28 @@ so a group's step is three passes over its (d × neurons) weights (u_k, w_j·g_k
 update) plus O(n·d) per group, instead of two (neurons × d)·(d × n) products and a dozen passes
 over (neurons × n) arrays. No pre-activation of a group neuron is formed during a block.
 
-**Mixed step.** Every live neuron of the batch is either in a *group row* (a big enough group
-of equal patterns, certified below) or *exact*: the exact neurons are stepped by the general
-fast path (fast.FastStepper, pre-activations every step), which also makes the exact per-step
-stop test. Each step: the group rows' share of h is formed from the state at t; the
-FastStepper subtracts it from y, adds its own neurons' share, forms r and the objective, stops
-runs below the target, and updates its neurons; the group rows are then updated with the same
-r and the same stop flags. So the step is gradient descent on the whole network, with the
-reference's arithmetic up to the association of sums (as the rest of the fast path).
+**Mixed step.** Every live neuron of the batch is either in a *group row* (one of the ≤
+MAX_GROUPS largest groups of ≥ MIN_GROUP_SIZE equal patterns of its run, whose margins exceed
+SAFETY × the movement predicted for one window) or *exact*: the exact neurons are stepped by the
+general fast path (fast.FastStepper, pre-activations every step), which also forms r and the
+objective. Each step: the group rows' share of h is formed from the state at t; the FastStepper
+subtracts it from y, adds its own neurons' share, forms r and the objective and updates its
+neurons; the group rows are then updated with the same r and running flags. So the step is
+gradient descent on the whole network, with the reference's arithmetic up to the association of
+sums (as the rest of the fast path). Blocks of BLOCK_STEPS steps have one stop test; a block in
+which a run's objective fell below the target is undone and redone with per-step tests.
 
 **Certification, not assumption.** At the start of each window of REFRESH_BLOCKS blocks the
 group neurons' pre-activations are computed exactly (one product) and each gets a margin
-μ_j = min_i (|w_j·x_i| − rounding bound)/‖x_i‖. Every step adds |a_j|·‖g_k‖ to a per-neuron sum;
-by the triangle inequality ‖w_j(t) − w_j(t₀)‖ ≤ lr·|c|·Σ|a_j(s)|·‖g_k(s)‖. A block stands only
-if that bound (plus a rounding allowance) stays below μ_j for every group neuron, so no
-pre-activation of a group neuron can have changed sign at any step of the block. Otherwise the
-whole block is undone, the neurons that failed become exact, the layout is rebuilt and the
-block is redone. The layout is chosen afresh every SUBCHUNK_STEPS steps (exact neurons whose
-pattern has settled rejoin a group), from the state alone, so resumed runs repeat the same
+μ_j = min_i (|w_j·x_i| − rounding bound)/‖x_i‖. A step maps z_j = (w_j, a_j) to z_j + lr·(κ/n)·K z_j
+with ‖K‖ = ‖g_k‖, so over the window ‖w_j(t) − w_j(t₀)‖ ≤ ‖z_j(t₀)‖·(exp(lr·(κ/n)·Σ_s ‖g_k(s)‖) − 1)
+(GroupRows.movement_bound); every step adds ‖g_k‖ to a per-row sum. A block stands only if that
+bound (plus a rounding allowance) stays below μ_j for every group neuron, so no pre-activation of
+a group neuron can have changed sign at any step of the block. Otherwise the whole block is
+undone, the neurons that failed become exact, the layout is rebuilt and the block is redone; at
+each window start, neurons whose margin is below SAFETY × their last window's bound are made
+exact before they can fail. The layout is chosen afresh every SUBCHUNK_STEPS steps (exact neurons
+whose pattern has settled rejoin a group), from the state alone, so resumed runs repeat the same
 decisions.
 """
 
