@@ -9,8 +9,8 @@ runs, alternating the variants so that a busy machine slows them alike:
 * ``fast_early``: the fast path (fast.py) on all runs from initialisation (all neurons live);
 * ``fast_late``: the same after a warm-up, once dead neurons have left the step;
 * ``fast_single``: the fast path on one run (the latency floor that the tail of a batch sees);
-* ``fast_late_stable``: as ``fast_late``, through the stable-pattern phase (stable.py) for the
-  runs that qualify and the general fast path for the others;
+* ``fast_late_stable``: as ``fast_late``, through the stable-pattern phase (stable.py: certified
+  pattern-group rows, the other neurons on the general fast path);
 * end to end (``--e2e-iters``): the whole batch from initialisation, chunked at the engine's
   logging points, with the real loss target (finished runs leave the batch), stable phase off
   and on; its "speedup" divides the naive loop's time for the same run-iterations (the sum of the
