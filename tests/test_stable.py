@@ -6,13 +6,12 @@ loss target inside a chunk, and runs that hit the cap; plus the certification it
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 import torch
 
 from shallowrelu import stable
+from shallowrelu.bench import light_batch
 from shallowrelu.datasets import make_trial
 from shallowrelu.engine import RunSpec, TrainConfig, train
 from shallowrelu.model import get_convention, reference_train
@@ -93,10 +92,7 @@ def test_stable_phase_d16_m200_rich_and_lazy(counters, device):
 
 
 def _light(tr, lam):
-    W0, a0 = tr.init(lam)
-    t = lambda v: torch.as_tensor(v, dtype=torch.float64)[None]  # noqa: E731
-    return SimpleNamespace(keys=["k"], W=t(W0).clone(), a=t(a0).clone(), X=t(tr.X), y=t(tr.y),
-                           running=torch.ones(1, dtype=torch.bool), stop_iter=torch.full((1,), -1))
+    return light_batch([RunSpec(tr, lam, "k")], torch.device("cpu"))
 
 
 def test_a_neuron_at_its_boundary_is_never_in_a_group(monkeypatch):

@@ -97,7 +97,7 @@ def choose_groups(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Te
     zn = torch.sqrt((W * W).sum(-1) + a * a)  # ‖(w_j, a_j)‖, as in GroupRows.movement_bound
     rate = coef * zn * torch.linalg.vector_norm(g, dim=-1)
     window = REFRESH_BLOCKS * BLOCK_STEPS
-    eligible = live & (mu > 0) & (mu > SAFETY * window * rate) & ~exclude & running[:, None]
+    eligible = live & (mu > SAFETY * window * rate) & ~exclude & running[:, None]  # rate ≥ 0: also μ > 0
     in_row = torch.zeros_like(live)
     rows: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
     codes = pattern_codes(pats)  # (R, m, words): equal patterns ⇔ equal codes
@@ -138,7 +138,11 @@ class GroupRows:
     zero columns up to the widest row (inert: a = 0 and w = 0 add nothing and get zero updates).
     Per-run group quantities live in (R, K, ·) tensors, K = most rows of a run (empty slots 0)."""
 
-    def __init__(self, rows: list[list[tuple[torch.Tensor, torch.Tensor]]], X: torch.Tensor, coef: float):
+    def __init__(self, rows: list[list[tuple[torch.Tensor, torch.Tensor]]], X: torch.Tensor, coef: float,
+                 home: torch.Tensor | None = None):
+        """``rows[r]``: the rows of run slot r (neuron indices, pattern); X (R, n, d) per slot;
+        ``home`` (R,): the batch position each slot's neurons are loaded from and stored to
+        (default: the slot itself)."""
         R, n, d = X.shape
         dev, dt = X.device, X.dtype
         self.R, self.n, self.d, self.coef = R, n, d, coef
@@ -157,6 +161,8 @@ class GroupRows:
             self.colmask[g, : cols.numel()] = True
             self.S[r, k] = pat.to(dt)
         self.S_row = self.S.view(R * K, n)[self.row_slot]  # (G, n)
+        home = torch.arange(R, device=dev) if home is None else home.to(dev)
+        self._at = (home[self.row_run][:, None].expand(G, C)[self.colmask], self.neuron[self.colmask])
         self.X = X.contiguous()
         self.XT = X.transpose(1, 2).contiguous()
         self.xnorm = torch.linalg.vector_norm(X, dim=-1)  # (R, n)
@@ -179,19 +185,17 @@ class GroupRows:
         self.a_bak = torch.empty_like(self.a)
 
     def load(self, W: torch.Tensor, a: torch.Tensor) -> None:
-        rows = self.row_run[:, None].expand(self.G, self.C)[self.colmask]
-        cols = self.neuron[self.colmask]
+        """The rows' neurons from the batch's W (·, m, d) and a (·, m)."""
         Wr = torch.zeros(self.G, self.C, self.d, dtype=W.dtype, device=W.device)
-        Wr[self.colmask] = W[rows, cols]
+        Wr[self.colmask] = W[self._at]
         self.WT.copy_(Wr.transpose(1, 2))
         self.a.zero_()
-        self.a[self.colmask] = a[rows, cols]
+        self.a[self.colmask] = a[self._at]
 
     def store(self, W: torch.Tensor, a: torch.Tensor) -> None:
-        rows = self.row_run[:, None].expand(self.G, self.C)[self.colmask]
-        cols = self.neuron[self.colmask]
-        W[rows, cols] = self.WT.transpose(1, 2)[self.colmask]
-        a[rows, cols] = self.a[self.colmask]
+        """The rows' neurons back into the batch's W and a."""
+        W[self._at] = self.WT.transpose(1, 2)[self.colmask]
+        a[self._at] = self.a[self.colmask]
 
     def h(self, out: torch.Tensor) -> None:
         """The rows' share of h (R, n) at the current state: Σ_k s_ki x_i·u_k."""
@@ -257,9 +261,8 @@ class GroupRows:
         return (moved >= self.margin) & self.colmask
 
     def neurons(self, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(run, neuron) indices of the columns in ``mask`` (G, C)."""
-        g, c = mask.nonzero(as_tuple=True)
-        return self.row_run[g], self.neuron[g, c]
+        """(batch position, neuron) indices of the columns in ``mask`` (G, C)."""
+        return self._at[0][mask[self.colmask]], self._at[1][mask[self.colmask]]
 
 
 class MixedStepper:
@@ -289,13 +292,13 @@ class MixedStepper:
         slot_run = fs.slot_run.tolist()
         real = fs.real.tolist()
         by_slot = [rows[r] if ok else [] for r, ok in zip(slot_run, real)]
-        self.rows = GroupRows(by_slot, b.X[fs.slot_run], self.coef)
-        self.rows.load(b.W[fs.slot_run], b.a[fs.slot_run])
+        self.rows = GroupRows(by_slot, b.X[fs.slot_run], self.coef, home=fs.slot_run)
+        self.rows.load(b.W, b.a)
         self.fs = fs
         dev, dt = b.W.device, b.W.dtype
         self.y0 = fs.y.clone()
         self.hg = torch.empty_like(fs.y)
-        self.lbuf = torch.empty(BLOCK_STEPS, fs.y.shape[0], dtype=dt, device=dev)
+        fs.lbuf = torch.empty(BLOCK_STEPS, fs.y.shape[0], dtype=dt, device=dev)  # unchecked steps' sums
         self.coef_row = torch.empty(self.rows.G, 1, dtype=dt, device=dev)
         self.window_pos = 0  # blocks done in the current certification window
         self.group_neurons = int(self.rows.colmask.sum())
@@ -303,11 +306,7 @@ class MixedStepper:
 
     def _store(self) -> None:
         self.fs.store(self.b)
-        W, a = self.b.W[self.fs.slot_run], self.b.a[self.fs.slot_run]
-        self.rows.store(W, a)
-        real = self.fs.real_slots
-        self.b.W[self.fs.slot_run[real]] = W[real]
-        self.b.a[self.fs.slot_run[real]] = a[real]
+        self.rows.store(self.b.W, self.b.a)
 
     def _set_coef(self) -> None:
         """coef_row = lr·κ/n for the rows of running runs, 0 for stopped ones."""
@@ -324,7 +323,6 @@ class MixedStepper:
             fs._step()  # exact neurons, r, objective, stop test at t
             self._set_coef()
         else:
-            fs.lbuf = self.lbuf
             fs._step(k)
         rows.update(fs.r, self.coef_row)
 
@@ -344,9 +342,9 @@ class MixedStepper:
 
     def _demote(self, mask: torch.Tensor, t: int) -> None:
         """Make the neurons in ``mask`` (rows' (G, C)) exact and rebuild the layout at t."""
-        slots, neurons = self.rows.neurons(mask)
-        self.exclude[self.fs.slot_run[slots], neurons] = True
-        self.demoted += int(slots.numel())
+        runs, neurons = self.rows.neurons(mask)
+        self.exclude[runs, neurons] = True
+        self.demoted += int(runs.numel())
         self._store()
         self._build(t)
         self.rebuilds += 1
@@ -357,7 +355,7 @@ class MixedStepper:
         self._set_coef()
         for k in range(steps):
             self._step(k)
-        loss = self.lbuf[:steps] * (self.kappa / (2 * self.fs.n))
+        loss = self.fs.lbuf[:steps] * (self.kappa / (2 * self.fs.n))
         if bool(((loss < self.target) & self.fs.running).any()):
             self._undo()
             self.redone += 1
