@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 CONDA_NAMES = {"torch": "pytorch"}
 # packages each environment must provide (pip names)
 REQUIRED = {
-    "train.yaml": {"torch", "numpy", "scipy", "tqdm"},
+    "train.yaml": {"torch", "numpy", "numba", "scipy", "tqdm"},
     "analysis.yaml": {"numpy", "pandas", "matplotlib", "pyyaml", "papermill", "ipykernel", "nbformat",
                       "nbconvert"},
 }

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from shallowrelu import fast
+from shallowrelu import fast, kernels
 from shallowrelu.datasets import make_trial
 from shallowrelu.engine import RunSpec, TrainConfig, train
 from shallowrelu.fast import FastStepper, certainly_dead, dataset_groups
@@ -23,10 +23,14 @@ from shallowrelu.model import get_convention, reference_train
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
-@pytest.fixture(params=["step", "blocks"])
+@pytest.fixture(params=["numba", "step", "blocks"])
 def mode(request, monkeypatch):
-    """'blocks': CUDA's way on any device: unchecked blocks of steps with one stop test each,
-    and h(x_i) by the (runs × columns) selector product."""
+    """'numba': the fused CPU kernel (kernels.py); 'step': the torch step; 'blocks': CUDA's way
+    on any device: unchecked blocks of steps with one stop test each, and h(x_i) by the
+    (runs × columns) selector product."""
+    if request.param == "numba" and not kernels.use_numba():
+        pytest.skip("numba not importable")
+    monkeypatch.setenv(kernels.ENV, "numba" if request.param == "numba" else "torch")
     monkeypatch.setattr(fast, "CPU_BLOCKS", request.param == "blocks")
     monkeypatch.setattr(fast, "H_BY_SELECTOR", request.param == "blocks")
     return request.param

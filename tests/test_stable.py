@@ -10,13 +10,22 @@ import numpy as np
 import pytest
 import torch
 
-from shallowrelu import stable
+from shallowrelu import kernels, stable
 from shallowrelu.bench import light_batch
 from shallowrelu.datasets import make_trial
 from shallowrelu.engine import RunSpec, TrainConfig, train
 from shallowrelu.model import get_convention, reference_train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(autouse=True, params=["numba", "torch"])
+def kernel(request, monkeypatch):
+    """Every test with the fused numba kernels (kernels.py) and with the torch step."""
+    if request.param == "numba" and not kernels.use_numba():
+        pytest.skip("numba not importable")
+    monkeypatch.setenv(kernels.ENV, request.param)
+    return request.param
 
 
 @pytest.fixture(autouse=True)
@@ -123,9 +132,43 @@ def test_block_bound_covers_the_movement(monkeypatch):
     assert ms.rows.G > 0
     ms.rows.refresh()
     before = ms.rows.WT.clone()
-    for _ in range(stable.BLOCK_STEPS):
-        ms._step()
+    ms._block(stable.BLOCK_STEPS)
     moved = torch.linalg.vector_norm(ms.rows.WT - before, dim=1)  # (G, C)
     bound = ms.rows.movement_bound()
     assert bool((moved <= bound * (1 + 1e-9) + 1e-300).all())
     assert float(moved.max()) > 0
+
+
+def test_kernel_and_torch_step_agree_on_a_late_state(kernel):
+    """The fused kernels and the torch step advance the same mixed layout (d = 16, m = 200, five
+    λ, after 1500 steps) to the same state: W and a within 1e-12 relative, same running flags."""
+    if kernel != "numba":
+        pytest.skip("compares the two kernels once")
+    tr = make_trial("centred", 16, 200, 1)
+    specs = [RunSpec(tr, 4.0**e, f"k{e}") for e in (2, 0, -2, -5, -8)]
+    b = light_batch(specs, torch.device("cpu"))
+    conv = get_convention("authors")
+    stable.train_chunk_stable(b, 1500, 0, conv.kappa, conv.lr, -1.0, 0)
+    out = []
+    for choice in ("numba", "torch"):
+        bb = light_batch(specs, torch.device("cpu"))
+        bb.W.copy_(b.W)
+        bb.a.copy_(b.a)
+        ms = stable.MixedStepper(bb, conv.kappa, conv.lr, -1.0)
+        ms.use_kernels = choice == "numba"
+        ms._build(1500)
+        assert (ms.kernel is not None) == (choice == "numba") and ms.rows.G > 0
+        for _ in range(4):
+            ms._block(stable.BLOCK_STEPS)
+        ms._store()
+        out.append(bb)
+    scale = float(out[1].W.abs().max())
+    assert float((out[0].W - out[1].W).abs().max()) <= 1e-12 * scale
+    assert float((out[0].a - out[1].a).abs().max()) <= 1e-12 * float(out[1].a.abs().max())
+    assert float((out[0].W - b.W).abs().max()) > 0  # the state moved
+
+
+def test_bad_kernel_choice_is_rejected_before_training(monkeypatch):
+    monkeypatch.setenv(kernels.ENV, "fortran")
+    with pytest.raises(ValueError, match="SHALLOWRELU_KERNELS='fortran'.*auto, numba, torch"):
+        TrainConfig(max_iters=10).validate()

@@ -11,6 +11,9 @@ runs, alternating the variants so that a busy machine slows them alike:
 * ``fast_single``: the fast path on one run (the latency floor that the tail of a batch sees);
 * ``fast_late_stable``: as ``fast_late``, through the stable-pattern phase (stable.py: certified
   pattern-group rows, the other neurons on the general fast path);
+* on the CPU the fast variants use the fused numba kernels (kernels.py) when numba is installed;
+  ``fast_late_torch`` and ``fast_late_stable_torch`` are the same two with the torch step
+  (SHALLOWRELU_KERNELS=torch), for the kernels' own gain;
 * end to end (``--e2e-iters``): the whole batch from initialisation, chunked at the engine's
   logging points, with the real loss target (finished runs leave the batch), stable phase off
   and on; its "speedup" divides the naive loop's time for the same run-iterations (the sum of the
@@ -270,11 +273,32 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
             b_stab.__dict__.pop("_fast", None)
         return f
 
+    from .kernels import kernel_choice, use_numba
+
+    both = dev.type == "cpu" and use_numba()  # also time the torch step, for the kernels' gain
+    if both:
+        with kernel_choice("torch"):
+            st_late_t = make_stepper(b_fast, kappa, lr, target)
+        st_late_t.load(b_fast, warmup)
+        b_stab_t = _clone_batch(b_fast)
+
+        def stable_torch_fn(k):
+            def f():
+                with kernel_choice("torch"):
+                    train_chunk(b_stab_t, k, warmup, kappa, lr, target, 1, stable=True)
+                b_stab_t.__dict__.pop("_fast", None)
+            return f
+
+        times["fast_late_torch"] = []
+        times["fast_late_stable_torch"] = []
     times["fast_late"] = []
     times["fast_late_stable"] = []
     stable_error = None
     for _ in range(repeats):
         times["fast_late"].append(R * k_late / _timed(fast_fn(st_late)(k_late), dev))
+        if both:
+            times["fast_late_torch"].append(R * k_late / _timed(fast_fn(st_late_t)(k_late), dev))
+            times["fast_late_stable_torch"].append(R * k_stab / _timed(stable_torch_fn(k_stab), dev))
         if stable_error is None:
             try:  # not yet run on a GPU: a failure there is recorded, not fatal
                 times["fast_late_stable"].append(R * k_stab / _timed(stable_fn(k_stab), dev))
@@ -285,8 +309,15 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
     med = {k: statistics.median(v) for k, v in times.items()}
     e2e: dict[str, Any] = {}
     if e2e_iters:
-        for label, flag in (("stable_off", False), ("stable_on", True)):
-            e2e[label] = end_to_end(specs, dev, e2e_iters, flag)
+        variants = [("stable_off", False, None), ("stable_on", True, None)]
+        if both:
+            variants.append(("stable_on_torch", True, "torch"))
+        for label, flag, kern in variants:
+            if kern is None:
+                e2e[label] = end_to_end(specs, dev, e2e_iters, flag)
+            else:
+                with kernel_choice(kern):
+                    e2e[label] = end_to_end(specs, dev, e2e_iters, flag)
             e2e[label]["speedup_vs_naive"] = e2e[label]["run_iterations_per_s"] / med["naive"]
             e2e[label]["late_half"]["speedup_vs_naive"] = e2e[label]["late_half"]["run_iterations_per_s"] / med["naive"]
     out = {
@@ -297,6 +328,7 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
         "speedup_vs_naive": {k: med[k] / med["naive"] for k in med if k != "naive"},
         "live_neurons_early": live_early, "live_neurons_late": int((~dead).sum()), "neurons_total": R * m,
         "warmup_iters": warmup, "warmup_s": warm_s, "runs_still_training_after_warmup": still,
+        "kernels": "numba" if (dev.type == "cpu" and use_numba()) else "torch",
         "iters_timed": {"naive": k_naive, "batched_reference": k_ref, "fast": k_fast, "fast_single": k_one,
                         "fast_late": k_late, "fast_late_stable": k_stab},
         "end_to_end": e2e,
@@ -431,16 +463,17 @@ def _hms(s: float) -> str:
 
 
 def _table(per_dim: dict[int, dict[str, Any]]) -> str:
-    cols = ["naive", "batched_reference", "fast_early", "fast_late", "fast_late_stable", "fast_single"]
+    cols = ["naive", "batched_reference", "fast_early", "fast_late", "fast_late_stable", "fast_single",
+            "fast_late_torch", "fast_late_stable_torch"]
     lines = ["| d | runs | " + " | ".join(cols) + " | fast_late / naive | fast_late_stable / naive "
-             "| end to end (late half), stable off / on, x naive | live neurons (late) |",
+             "| end to end (late half), stable off / on / on with the torch step, x naive | live neurons (late) |",
              "|---|---|" + "---|" * len(cols) + "---|---|---|---|"]
     for d, r in per_dim.items():
         v = r["run_iterations_per_s"]
         e2e = r.get("end_to_end") or {}
         e2e_txt = " / ".join(f"{e2e[k]['speedup_vs_naive']:.1f}x ({e2e[k]['late_half']['speedup_vs_naive']:.1f}x)"
-                             for k in ("stable_off", "stable_on") if k in e2e)
-        lines.append(f"| {d} | {r['runs']} | " + " | ".join(f"{v[c]:,.0f}" for c in cols)
+                             for k in ("stable_off", "stable_on", "stable_on_torch") if k in e2e)
+        lines.append(f"| {d} | {r['runs']} | " + " | ".join(f"{v[c]:,.0f}" if c in v else "-" for c in cols)
                      + f" | {v['fast_late'] / v['naive']:.1f}x | {v['fast_late_stable'] / v['naive']:.1f}x"
                      f" | {e2e_txt or '-'} | {r['live_neurons_late']}/{r['neurons_total']} |")
     return "run-iterations/s (median of alternating repeats)\n" + "\n".join(lines)

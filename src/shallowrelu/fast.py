@@ -35,6 +35,8 @@ from typing import Any
 
 import torch
 
+from . import kernels
+
 ROUNDING_MARGIN = 4.0  # multiples of (d + 2)·u, u = 2^-53, in the dead-neuron test
 BLOCK_STEPS = 32  # steps per block without stop tests (one CUDA graph on CUDA)
 CPU_BLOCKS = False  # unchecked blocks also without CUDA graphs (tests switch this on)
@@ -94,6 +96,8 @@ class FastStepper:
         self.blocks = (self.use_graphs or CPU_BLOCKS) if blocks is None else blocks
         self.groups = groups if groups is not None else dataset_groups(b.X)
         self._build(b, dead)
+        # CPU, step by step: the fused kernel (kernels.py) instead of the torch step, if numba is there
+        self.use_kernel = self.dev.type == "cpu" and not self.blocks and kernels.use_numba()
 
     # -- layout ---------------------------------------------------------------------------
     def _build(self, b: Any, dead: torch.Tensor | None = None) -> None:
@@ -178,6 +182,7 @@ class FastStepper:
             self.select = torch.empty_like(onehot)
         self.graph = None
         self.redone_blocks = 0
+        self._kernel = None  # kernels.StepKernel on this layout, made on first use
 
     def compatible(self, b: Any) -> bool:
         return list(b.keys) == self.keys
@@ -304,7 +309,14 @@ class FastStepper:
         """``count`` gradient-descent steps; stops early (at a multiple of ``check_every``,
         0: never) once no run is training, which changes nothing since stopped runs get zero
         updates. With ``blocks`` (default on CUDA) whole blocks of BLOCK_STEPS steps run
-        without per-step stop tests (one CUDA graph each on CUDA)."""
+        without per-step stop tests (one CUDA graph each on CUDA). On the CPU without blocks,
+        the fused kernel (kernels.StepKernel) does the steps when numba is available."""
+        if self.use_kernel and self.select is None:
+            if self._kernel is None:
+                self._kernel = kernels.StepKernel(self)
+            done = self._kernel.steps(count, int(self.t), self.kappa, self.lr, self.target, bool(check_every))
+            self.t.add_(done)
+            return
         done = 0
         if self.blocks and count >= BLOCK_STEPS:
             if self.use_graphs and self.graph is None:

@@ -150,7 +150,7 @@ def provenance(device: str | None = None) -> dict[str, Any]:
 
         versions = {"python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__,
                     "shallowrelu": __version__}
-        for mod in ("scipy", "snakemake"):
+        for mod in ("scipy", "numba", "snakemake"):
             try:
                 versions[mod] = __import__(mod).__version__
             except Exception:  # pragma: no cover - optional
@@ -162,6 +162,7 @@ def provenance(device: str | None = None) -> dict[str, Any]:
             platform=platform.platform(),
             cpu_count=os.cpu_count(),
             argv=list(sys.argv),
+            stable_phase_kernels=os.environ.get("SHALLOWRELU_KERNELS", "auto"),
         )
     out = dict(_PROVENANCE_CACHE)
     out["created_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -36,6 +36,10 @@ each window start, neurons whose margin is below SAFETY × their last window's b
 exact before they can fail. The layout is chosen afresh every SUBCHUNK_STEPS steps (exact neurons
 whose pattern has settled rejoin a group), from the state alone, so resumed runs repeat the same
 decisions.
+
+**Kernels.** On the CPU with numba (kernels.py), each block is one compiled call that does the
+exact neurons, the rows and the stop test of every step; otherwise the torch step below
+(MixedStepper._step) runs with unchecked blocks as described above.
 """
 
 from __future__ import annotations
@@ -44,7 +48,9 @@ from typing import Any
 
 import torch
 
+from . import kernels
 from .fast import ROUNDING_MARGIN, FastStepper, certainly_dead
+from .kernels import StepKernel
 from .model import batched_residuals
 
 STABLE_MIN_STEPS = 256  # chunks shorter than this stay on the general fast path
@@ -283,6 +289,7 @@ class MixedStepper:
         self.rebuilds = 0
         self.demoted = 0
         self.redone = 0
+        self.use_kernels = b.W.device.type == "cpu" and kernels.use_numba()
 
     def _build(self, t: int) -> None:
         b = self.b
@@ -301,6 +308,7 @@ class MixedStepper:
         fs.lbuf = torch.empty(BLOCK_STEPS, fs.y.shape[0], dtype=dt, device=dev)  # unchecked steps' sums
         self.coef_row = torch.empty(self.rows.G, 1, dtype=dt, device=dev)
         self.window_pos = 0  # blocks done in the current certification window
+        self.kernel = StepKernel(fs, self.rows, self.y0) if self.use_kernels else None
         self.group_neurons = int(self.rows.colmask.sum())
         self.exact_neurons = int(exact.sum())
 
@@ -351,6 +359,9 @@ class MixedStepper:
 
     def _block(self, steps: int) -> None:
         self._snapshot()
+        if self.kernel is not None:  # fused steps with the stop test at every step: nothing to redo
+            self.fs.t.add_(self.kernel.steps(steps, int(self.fs.t), self.kappa, self.lr, self.target))
+            return
         self.fs._set_go()
         self._set_coef()
         for k in range(steps):
