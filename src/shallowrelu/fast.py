@@ -19,6 +19,8 @@ What it changes, and why the iterates stay those of the reference (SPEC §1):
   per-neuron scalars instead of a pass over (runs × m × d).
 * **CUDA graphs.** On CUDA, K steps (stop checks included: they are device-side masks and a
   device iteration counter) are captured once and replayed.
+* **Compiled CPU loops.** On the CPU with numba, the step's elementwise work between its two
+  matrix products runs in compiled loops (kernels.StepKernel), strict IEEE in this step's order.
 
 Per run and neuron the arithmetic is the reference's, in the same order: pre = x·w (a dot
 product over d), r = y − h, loss = κ·Σr²/(2n), ∂a = −(κ/n)·Σ_i act·r, ∂W = ((−κ/n)·a_j)·Σ_i
@@ -96,7 +98,7 @@ class FastStepper:
         self.blocks = (self.use_graphs or CPU_BLOCKS) if blocks is None else blocks
         self.groups = groups if groups is not None else dataset_groups(b.X)
         self._build(b, dead)
-        # CPU, step by step: the fused kernel (kernels.py) instead of the torch step, if numba is there
+        # CPU, step by step: the compiled loops (kernels.py) instead of the torch step, if numba is there
         self.use_kernel = self.dev.type == "cpu" and not self.blocks and kernels.use_numba()
 
     # -- layout ---------------------------------------------------------------------------
@@ -310,7 +312,7 @@ class FastStepper:
         0: never) once no run is training, which changes nothing since stopped runs get zero
         updates. With ``blocks`` (default on CUDA) whole blocks of BLOCK_STEPS steps run
         without per-step stop tests (one CUDA graph each on CUDA). On the CPU without blocks,
-        the fused kernel (kernels.StepKernel) does the steps when numba is available."""
+        the compiled loops (kernels.StepKernel) do the steps when numba is available."""
         if self.use_kernel and self.select is None:
             if self._kernel is None:
                 self._kernel = kernels.StepKernel(self)

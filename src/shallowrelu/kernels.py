@@ -1,8 +1,8 @@
-"""Fused CPU kernels (numba) for the fast path's step (issue 6).
+"""Compiled CPU loops (numba) for the fast path's step (issue 6).
 
 On the CPU the step of a batch is a few dozen small tensor operations per iteration, and their
 per-call and per-pass costs, not the arithmetic, set the speed. With these kernels a step is
-four calls on the same tensors (shared memory): the two matrix products of fast.FastStepper's
+a few calls on the same tensors (shared memory): the two matrix products of fast.FastStepper's
 step stay torch's (the same BLAS calls as the torch step), and everything between and after
 them is one compiled loop each:
 
@@ -12,8 +12,8 @@ them is one compiled loop each:
    residuals 1[pre > 0]·r_i for the next product; Σ_i act_ij r_i and the a update
    a ← a − ((Σ act·r)·c)·(lr·go), c = −κ/n (go = 0 for stopped runs);
 3. ``B = mask·X`` (torch.bmm);
-4. :func:`_exact_w`: w ← w − (B·((c·a_j)·go))·lr; in the stable phase :func:`_rows_step`, the pattern-group rows
-   (stable.GroupRows' layout): g_k = Σ_i s_ki r_i x_i, ‖g_k‖ added to the row's certification
+4. :func:`_exact_w`: w ← w − (B·((c·a_j)·go))·lr; in the stable phase :func:`_rows_step`, the
+   pattern-group rows (stable.GroupRows' layout): g_k = Σ_i s_ki r_i x_i, ‖g_k‖ added to the row's certification
    sum, the a_j·g_k and w_j·g_k updates as GroupRows.update, and the rows' share of h for the
    next step from u_k = Σ_j a_j w_j — one pass over a row's weights instead of three.
 

@@ -37,8 +37,9 @@ exact before they can fail. The layout is chosen afresh every SUBCHUNK_STEPS ste
 whose pattern has settled rejoin a group), from the state alone, so resumed runs repeat the same
 decisions.
 
-**Kernels.** On the CPU with numba (kernels.py), each block is one compiled call that does the
-exact neurons, the rows and the stop test of every step; otherwise the torch step below
+**Kernels.** On the CPU with numba (kernels.StepKernel), a step is the FastStepper's two matrix
+products plus compiled loops for everything else, the rows included, with the stop test at every
+step (so blocks are never redone for the loss target); otherwise the torch step below
 (MixedStepper._step) runs with unchecked blocks as described above.
 """
 
