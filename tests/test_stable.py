@@ -172,3 +172,10 @@ def test_bad_kernel_choice_is_rejected_before_training(monkeypatch):
     monkeypatch.setenv(kernels.ENV, "fortran")
     with pytest.raises(ValueError, match="SHALLOWRELU_KERNELS='fortran'.*auto, numba, torch"):
         TrainConfig(max_iters=10).validate()
+
+
+def test_provenance_names_the_cpu_step(monkeypatch, kernel):
+    from shallowrelu.io import provenance
+
+    monkeypatch.setenv(kernels.ENV, kernel)
+    assert provenance("cpu")["cpu_kernels"] == kernel

@@ -141,6 +141,16 @@ def git_commit(start: str | Path | None = None) -> str | None:
 _PROVENANCE_CACHE: dict[str, Any] = {}
 
 
+def _cpu_kernels() -> str:
+    """Which CPU step the fast path uses (kernels.py): 'numba' or 'torch'."""
+    from .kernels import use_numba
+
+    try:
+        return "numba" if use_numba() else "torch"
+    except (ValueError, RuntimeError) as exc:  # a bad SHALLOWRELU_KERNELS: training refuses it anyway
+        return f"invalid ({exc})"
+
+
 def provenance(device: str | None = None) -> dict[str, Any]:
     """Software, machine and source versions to store with every result."""
     if not _PROVENANCE_CACHE:
@@ -162,9 +172,9 @@ def provenance(device: str | None = None) -> dict[str, Any]:
             platform=platform.platform(),
             cpu_count=os.cpu_count(),
             argv=list(sys.argv),
-            stable_phase_kernels=os.environ.get("SHALLOWRELU_KERNELS", "auto"),
         )
     out = dict(_PROVENANCE_CACHE)
+    out["cpu_kernels"] = _cpu_kernels()  # read now: SHALLOWRELU_KERNELS may change within a process
     out["created_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if device is not None:
         out["device"] = device
