@@ -179,3 +179,12 @@ def test_provenance_names_the_cpu_step(monkeypatch, kernel):
 
     monkeypatch.setenv(kernels.ENV, kernel)
     assert provenance("cpu")["cpu_kernels"] == kernel
+
+
+def test_without_numba_auto_falls_back_and_numba_is_refused(monkeypatch):
+    monkeypatch.setattr(kernels, "numba", None)
+    monkeypatch.setenv(kernels.ENV, "auto")
+    assert not kernels.use_numba()
+    monkeypatch.setenv(kernels.ENV, "numba")
+    with pytest.raises(RuntimeError, match="numba is not installed"):
+        TrainConfig(max_iters=10).validate()

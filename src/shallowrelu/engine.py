@@ -73,9 +73,9 @@ class TrainConfig:
             raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
         if self.stable_phase not in STABLE_PHASE:
             raise ValueError(f"stable_phase must be one of {STABLE_PHASE}, got {self.stable_phase!r}")
-        from .kernels import choice as kernel_choice
+        from .kernels import use_numba
 
-        kernel_choice()  # SHALLOWRELU_KERNELS: a bad value fails here, before any work
+        use_numba()  # SHALLOWRELU_KERNELS: a bad value (or 'numba' without numba) fails here, before any work
         resolve_device(self.device)
         return self
 
