@@ -55,7 +55,7 @@ def choice() -> str:
 
 
 def use_numba() -> bool:
-    """Whether CPU steppers use the fused kernels: 'auto' if numba imports, 'numba' requires it."""
+    """Whether CPU steppers use the compiled loops: 'auto' if numba imports, 'numba' requires it."""
     v = choice()
     if v == "numba" and numba is None:
         raise RuntimeError(f"{ENV}=numba but numba is not installed (pip install numba)")
@@ -235,7 +235,7 @@ def _rows_step(kappa, lr, running, r, Xg, XgT, Q, WT, ag, cnt, row_slot, Srow, h
                 aj = ag[k, j]
                 sc[j] = aj * coef
                 ag[k, j] = aj + ga[j] * coef
-            for p in range(d):
+            for p in range(d):  # the rank-1 update and u_k = Σ_j a_j w_j in one pass
                 gp = g[p]
                 acc = 0.0
                 for j in range(m):
@@ -244,24 +244,12 @@ def _rows_step(kappa, lr, running, r, Xg, XgT, Q, WT, ag, cnt, row_slot, Srow, h
                     acc += ag[k, j] * w
                 u[p] = acc
         else:
-            for p in range(d):
-                acc = 0.0
-                for j in range(m):
-                    acc += ag[k, j] * WT[k, p, j]
-                u[p] = acc
-        for i in range(n):
-            tmp[i] = 0.0
-        for p in range(d):
-            up = u[p]
-            for i in range(n):
-                tmp[i] += XgT[s, p, i] * up
-        for i in range(n):
-            if Srow[k, i]:
-                hrow[q, i] += tmp[i]
+            _row_u(u, WT[k], ag[k], m)
+        _add_row_h(hrow[q], Srow[k], XgT[s], u, tmp)
 
 
 class StepKernel:
-    """The four-call step (module docstring) on a stepper's state — a fast.FastStepper ``fs``
+    """The step of the module docstring on a stepper's state — a fast.FastStepper ``fs``
     and, in the stable phase, the stable.GroupRows ``rows`` with the targets ``y0`` — through
     numpy views of the same tensors; :meth:`steps` advances them in place."""
 
@@ -276,8 +264,8 @@ class StepKernel:
         self.ncols = np.bincount(fs.col_pos.numpy() // C, minlength=S).astype(np.int64)
         self.y0 = v(fs.y if y0 is None else y0)
         self.scale = np.zeros((S, C))
-        self.t_preT, self.t_msk = fs.preT, fs.msk
         self.hx, self.r = v(fs.h), v(fs.r)
+        fs.msk.zero_()  # the padding columns' masked residuals stay 0 (only real columns are written)
         self.np = {k: v(getattr(fs, k)) for k in ("W", "a", "col_slot", "Xg", "XgT", "running", "stop", "preT",
                                                    "msk", "B")}
         if rows is None:
