@@ -13,9 +13,10 @@ them is one compiled loop each:
    a ← a − ((Σ act·r)·c)·(lr·go), c = −κ/n (go = 0 for stopped runs);
 3. ``B = mask·X`` (torch.bmm);
 4. :func:`_exact_w`: w ← w − (B·((c·a_j)·go))·lr; in the stable phase :func:`_rows_step`, the
-   pattern-group rows (stable.GroupRows' layout): g_k = Σ_i s_ki r_i x_i, ‖g_k‖ added to the row's certification
-   sum, the a_j·g_k and w_j·g_k updates as GroupRows.update, and the rows' share of h for the
-   next step from u_k = Σ_j a_j w_j — one pass over a row's weights instead of three.
+   pattern-group rows (stable.GroupRows' layout): g_k = Σ_i s_ki r_i x_i, ‖g_k‖ added to the
+   row's certification sum, the a_j·g_k and w_j·g_k updates as GroupRows.update, and the rows'
+   share of h for the next step from u_k = Σ_j a_j w_j — one pass over a row's weights instead
+   of three.
 
 Every elementwise operation is strict IEEE in the torch step's order (products rounded before
 they are added, no fused multiply-add): a converged run whose updates round to zero (the
