@@ -98,8 +98,9 @@ class FastStepper:
         self.blocks = (self.use_graphs or CPU_BLOCKS) if blocks is None else blocks
         self.groups = groups if groups is not None else dataset_groups(b.X)
         self._build(b, dead)
-        # CPU, step by step: the compiled loops (kernels.py) instead of the torch step, if numba is there
-        self.use_kernel = self.dev.type == "cpu" and not self.blocks and kernels.use_numba()
+        # CPU, step by step, h by index_add: the compiled loops (kernels.py) instead of the torch step
+        self.use_kernel = (self.dev.type == "cpu" and not self.blocks and self.select is None
+                           and kernels.use_numba())
 
     # -- layout ---------------------------------------------------------------------------
     def _build(self, b: Any, dead: torch.Tensor | None = None) -> None:
@@ -313,7 +314,7 @@ class FastStepper:
         updates. With ``blocks`` (default on CUDA) whole blocks of BLOCK_STEPS steps run
         without per-step stop tests (one CUDA graph each on CUDA). On the CPU without blocks,
         the compiled loops (kernels.StepKernel) do the steps when numba is available."""
-        if self.use_kernel and self.select is None:
+        if self.use_kernel:
             if self._kernel is None:
                 self._kernel = kernels.StepKernel(self)
             done = self._kernel.steps(count, int(self.t), self.kappa, self.lr, self.target, bool(check_every))

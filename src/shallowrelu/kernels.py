@@ -142,32 +142,6 @@ def _row_u(u, WT_k, ag_k, m):  # pragma: no cover - compiled
 
 
 @_njit(fast=True)
-def _row_g(g, Srow_k, r_q, X_s):  # pragma: no cover - compiled
-    """g = Σ_i s_ki r_i x_i; returns ‖g‖."""
-    g[:] = 0.0
-    for i in range(X_s.shape[0]):
-        if Srow_k[i]:
-            ri = r_q[i]
-            for p in range(g.shape[0]):
-                g[p] += ri * X_s[i, p]
-    acc = 0.0
-    for p in range(g.shape[0]):
-        acc += g[p] * g[p]
-    return np.sqrt(acc)
-
-
-@_njit(fast=True)
-def _row_ga(ga, g, WT_k, m):  # pragma: no cover - compiled
-    """ga[j] = w_j·g (the old w_j), along the columns."""
-    for j in range(m):
-        ga[j] = 0.0
-    for p in range(g.shape[0]):
-        gp = g[p]
-        for j in range(m):
-            ga[j] += gp * WT_k[p, j]
-
-
-@_njit(fast=True)
 def _add_row_h(hrow_q, Srow_k, XT_s, u, tmp):  # pragma: no cover - compiled
     """hrow_q[i] += s_ki x_i·u (vectorised over the points i)."""
     d, n = XT_s.shape
@@ -206,17 +180,16 @@ def _exact_w(lr, Wx, scale, B, ncols):  # pragma: no cover - compiled
 def _rows_step(kappa, lr, running, r, Xg, XgT, Q, WT, ag, cnt, row_slot, Srow, hrow, gsum, g, u, ga, sc,
                tmp):  # pragma: no cover - compiled
     """Step 4's group rows: the update with residual r, then their share of h at t + 1."""
-    G, d, _ = WT.shape
-    n = Xg.shape[1]
-    coef = lr * kappa / n
+    d = WT.shape[1]
+    coef = lr * kappa / Xg.shape[1]
     hrow[:, :] = 0.0
-    for k in range(G):
+    for k in range(WT.shape[0]):
         q = row_slot[k]
         s = q // Q
         m = cnt[k]
         for p in range(d):
             g[p] = 0.0
-        for i in range(n):
+        for i in range(Xg.shape[1]):
             if Srow[k, i]:
                 ri = r[q, i]
                 for p in range(d):
@@ -226,7 +199,7 @@ def _rows_step(kappa, lr, running, r, Xg, XgT, Q, WT, ag, cnt, row_slot, Srow, h
             acc += g[p] * g[p]
         gsum[k, 0] += np.sqrt(acc)
         if running[q]:
-            for j in range(m):
+            for j in range(m):  # ga[j] = w_j·g (the old w_j), along the columns
                 ga[j] = 0.0
             for p in range(d):
                 gp = g[p]
@@ -280,7 +253,7 @@ class StepKernel:
         self.hrow = np.zeros((SQ, n))
         self.gsum = gsum
         Cr = WT.shape[2]
-        self.scratch = (np.empty(d), np.empty(d), np.empty(Cr), np.empty(Cr), np.empty(n))
+        self.g, self.u, self.ga, self.sc, self.tmp = np.empty(d), np.empty(d), np.empty(Cr), np.empty(Cr), np.empty(n)
         self._bmm = torch.bmm
 
     def steps(self, count: int, t0: int, kappa: float, lr: float, target: float, early_exit: bool = True) -> int:
@@ -289,7 +262,7 @@ class StepKernel:
         fs, a = self.fs, self.np
         WT, ag, cnt, row_slot, Srow = self.rows
         Q = int(fs.Q)
-        _rows_h(WT, ag, cnt, row_slot, Srow, a["XgT"], Q, self.hrow, self.scratch[1], self.scratch[4])
+        _rows_h(WT, ag, cnt, row_slot, Srow, a["XgT"], Q, self.hrow, self.u, self.tmp)
         training = int(a["running"].sum())
         for step in range(count):
             if early_exit and not training:
@@ -301,5 +274,5 @@ class StepKernel:
             _exact_w(lr, a["W"], self.scale, a["B"], self.ncols)
             if WT.shape[0]:
                 _rows_step(kappa, lr, a["running"], self.r, a["Xg"], a["XgT"], Q, WT, ag, cnt, row_slot, Srow,
-                           self.hrow, self.gsum, *self.scratch)
+                           self.hrow, self.gsum, self.g, self.u, self.ga, self.sc, self.tmp)
         return count
