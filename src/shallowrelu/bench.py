@@ -11,7 +11,7 @@ runs, alternating the variants so that a busy machine slows them alike:
 * ``fast_single``: the fast path on one run (the latency floor that the tail of a batch sees);
 * ``fast_late_stable``: as ``fast_late``, through the stable-pattern phase (stable.py: certified
   pattern-group rows, the other neurons on the general fast path);
-* on the CPU the fast variants use the fused numba kernels (kernels.py) when numba is installed;
+* on the CPU the fast variants use the compiled numba loops (kernels.py) when numba is installed;
   ``fast_late_torch`` and ``fast_late_stable_torch`` are the same two with the torch step
   (SHALLOWRELU_KERNELS=torch), for the kernels' own gain;
 * end to end (``--e2e-iters``): the whole batch from initialisation, chunked at the engine's
@@ -32,6 +32,7 @@ import platform
 import statistics
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -313,11 +314,8 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
         if both:
             variants.append(("stable_on_torch", True, "torch"))
         for label, flag, kern in variants:
-            if kern is None:
+            with kernel_choice(kern) if kern else nullcontext():
                 e2e[label] = end_to_end(specs, dev, e2e_iters, flag)
-            else:
-                with kernel_choice(kern):
-                    e2e[label] = end_to_end(specs, dev, e2e_iters, flag)
             e2e[label]["speedup_vs_naive"] = e2e[label]["run_iterations_per_s"] / med["naive"]
             e2e[label]["late_half"]["speedup_vs_naive"] = e2e[label]["late_half"]["run_iterations_per_s"] / med["naive"]
     out = {
@@ -328,7 +326,7 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
         "speedup_vs_naive": {k: med[k] / med["naive"] for k in med if k != "naive"},
         "live_neurons_early": live_early, "live_neurons_late": int((~dead).sum()), "neurons_total": R * m,
         "warmup_iters": warmup, "warmup_s": warm_s, "runs_still_training_after_warmup": still,
-        "kernels": "numba" if (dev.type == "cpu" and use_numba()) else "torch",
+        "kernels": "numba" if both else "torch",
         "iters_timed": {"naive": k_naive, "batched_reference": k_ref, "fast": k_fast, "fast_single": k_one,
                         "fast_late": k_late, "fast_late_stable": k_stab},
         "end_to_end": e2e,
@@ -419,8 +417,8 @@ def run(args: argparse.Namespace) -> int:
     for d in dims:
         per_dim[d] = bench_dim(d, args.m, exps, seeds, dev, seconds, args.repeats, warmup,
                                log=lambda s: print(s, flush=True), e2e_iters=e2e_iters)
-        atomic_write_json(out, _record(per_dim, dims, args, exps, seeds, seconds, warmup, dev))  # partial
-    record = _record(per_dim, dims, args, exps, seeds, seconds, warmup, dev)
+        atomic_write_json(out, _record(per_dim, dims, args, exps, seeds, seconds, warmup, e2e_iters, dev))  # partial
+    record = _record(per_dim, dims, args, exps, seeds, seconds, warmup, e2e_iters, dev)
     proj = record["projection"]
     print(_table(per_dim))
     print(f"PROJECTION (not measured) of the Figs 7+8 grid, {proj['runs']} runs, cap 2e7, sequential jobs: "
@@ -432,7 +430,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _record(per_dim, dims, args, exps, seeds, seconds, warmup, dev) -> dict[str, Any]:
+def _record(per_dim, dims, args, exps, seeds, seconds, warmup, e2e_iters, dev) -> dict[str, Any]:
     from .io import provenance
 
     proj = projection(per_dim, args.m)
@@ -443,7 +441,7 @@ def _record(per_dim, dims, args, exps, seeds, seconds, warmup, dev) -> dict[str,
         "cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
         "settings": {"dims": dims, "m": args.m, "lambda_exps": exps, "seeds": seeds, "seconds": seconds,
                      "repeats": args.repeats, "warmup_iters": warmup, "quick": bool(args.quick),
-                     "e2e_iters": args.e2e_iters,
+                     "e2e_iters": e2e_iters,
                      "scheme": "centred", "loss_convention": "authors", "dtype": "float64"},
         "results": [per_dim[d] for d in dims if d in per_dim],
         "projection": proj,
