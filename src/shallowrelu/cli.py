@@ -67,7 +67,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                    help="write a resumable checkpoint at most this often (default 300 s)")
     p.add_argument("--engine", choices=["fast", "reference"], default="fast",
                    help="stepping path: 'fast' (default; dead neurons leave the step, shared products, CUDA "
-                        "graphs) or 'reference' (the plain batched step); both compute the same iterates")
+                        "graphs; on the CPU compiled numba loops, or the torch step with the environment "
+                        "variable SHALLOWRELU_KERNELS=torch) or 'reference' (the plain batched step); both "
+                        "compute the same iterates")
     p.add_argument("--stable-phase", choices=["auto", "on", "off"], default="auto",
                    help="fast engine: runs whose activation patterns hold step through the certified "
                         "stable-pattern phase (docs/performance.md); 'auto' (default) = on for the CPU, "
