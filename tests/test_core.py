@@ -144,3 +144,50 @@ def test_paper_convention_halves_the_step():
                 progress=False)[0]
     np.testing.assert_allclose(pap.W, auth.W, rtol=1e-12)
     np.testing.assert_allclose(pap.history["loss"] * 2, auth.history["loss"], rtol=1e-12)
+
+
+@pytest.mark.parametrize("n_log", [50, 266])  # the first iterate below the target: inside a chunk / a logging point
+def test_authors_convention_takes_the_stopping_iterations_step(n_log):
+    """'authors' (the authors' loop): the iteration whose pre-step objective is below the target
+    still takes and counts its step, so the run ends one step after the 'first below' iterate;
+    'paper' stops at that iterate. The engine does the same as the reference under both."""
+    from dataclasses import replace
+
+    from shallowrelu.engine import final_step
+
+    trial = make_trial("centred", 4, 20, 0)
+    lam = 4.0**-1  # below the target from iteration 7569 on; 7569 is a logging point with n_log = 266
+    W0, a0 = trial.init(lam)
+    auth = get_convention("authors")
+    assert auth.final_step and not get_convention("paper").final_step
+    first = reference_train(trial.X, trial.y, W0, a0, replace(auth, final_step=False), 20_000, n_log=n_log)
+    ref = reference_train(trial.X, trial.y, W0, a0, auth, 20_000, n_log=n_log)
+    assert first.stop_reason == ref.stop_reason == "loss_target"
+    assert ref.iterations == first.iterations + 1
+    Wt, at = (torch.as_tensor(v)[None] for v in (first.W, first.a))
+    Wn, an = final_step(Wt, at, torch.as_tensor(trial.X)[None], torch.as_tensor(trial.y)[None], auth.kappa, auth.lr)
+    assert np.array_equal(Wn[0].numpy(), ref.W) and np.array_equal(an[0].numpy(), ref.a)
+    assert not np.array_equal(ref.W, first.W)
+    if first.iterations in set(first.log_iters[:-1].tolist()):  # a logging point: the pre-step row is kept
+        assert ref.log_loss[-2] < auth.target and ref.log_iters[-2] == first.iterations
+    for conv in ("authors", "paper"):
+        res = train([RunSpec(trial, lam, "r")], TrainConfig(loss_convention=conv, max_iters=20_000, n_log=n_log),
+                    progress=False)[0]
+        oracle = reference_train(trial.X, trial.y, W0, a0, get_convention(conv), 20_000, n_log=n_log)
+        assert (res.iterations, res.stop_reason) == (oracle.iterations, oracle.stop_reason)
+        np.testing.assert_allclose(res.W, oracle.W, rtol=1e-10, atol=1e-13 * np.abs(oracle.W).max())
+        np.testing.assert_allclose(res.history["loss"], oracle.log_loss, rtol=1e-9)
+        np.testing.assert_array_equal(res.history["iteration"], oracle.log_iters)
+    assert n_log == 50 or first.iterations in set(first.log_iters.tolist())  # both cases are exercised
+
+
+def test_final_step_not_taken_at_the_cap():
+    """A run whose objective first falls below the target exactly at the cap stops there."""
+    trial = make_trial("uncentred", 4, 20, 0)
+    W0, a0 = trial.init(4.0**-3)
+    full = reference_train(trial.X, trial.y, W0, a0, get_convention("authors"), 100_000, n_log=50)
+    cap = full.iterations - 1  # the first iterate below the target
+    ref = reference_train(trial.X, trial.y, W0, a0, get_convention("authors"), cap, n_log=50)
+    assert (ref.iterations, ref.stop_reason) == (cap, "loss_target")
+    res = train([RunSpec(trial, 4.0**-3, "r")], TrainConfig(max_iters=cap, n_log=50), progress=False)[0]
+    assert (res.iterations, res.stop_reason) == (cap, "loss_target")

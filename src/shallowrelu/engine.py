@@ -175,6 +175,17 @@ class _Batch:
             self.eval_y[nm] = self.eval_y[nm][idx]
         self.keys = [self.keys[i] for i in idx.tolist()]
 
+    def take(self, idx: torch.Tensor) -> _Batch:
+        """A new batch of the runs at positions ``idx`` (indexed copies; ``self`` is unchanged)."""
+        b = _Batch.__new__(_Batch)
+        for name in self.TENSORS:
+            setattr(b, name, getattr(self, name)[idx])
+        b.eval_names = list(self.eval_names)
+        b.eval_X = {nm: v[idx] for nm, v in self.eval_X.items()}
+        b.eval_y = {nm: v[idx] for nm, v in self.eval_y.items()}
+        b.keys = [self.keys[i] for i in idx.tolist()]
+        return b
+
     def state(self) -> dict[str, Any]:
         out = {name: getattr(self, name).cpu() for name in self.TENSORS}
         out["eval_X"] = {k: v.cpu() for k, v in self.eval_X.items()}
@@ -208,6 +219,23 @@ def gd_step(b: _Batch, t: int, kappa: float, lr: float, target: float) -> None:
     go = b.running.to(b.W.dtype)
     b.W = b.W - (lr * grad_W) * go[:, None, None]
     b.a = b.a - (lr * grad_a) * go[:, None]
+
+
+def final_step(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Tensor, kappa: float,
+               lr: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """One gradient-descent step of the runs given, with the reference trainer's arithmetic
+    (model.reference_train): the step that the ``authors`` convention takes at the iteration
+    whose pre-step objective is already below the target (``LossConvention.final_step``)."""
+    _, gW, ga = batched_loss_and_gradients(W, a, X, y, kappa)
+    return W - lr * gW, a - lr * ga
+
+
+def _append_row(hist: list[dict[str, Any]], row: dict[str, Any], t: int) -> None:
+    """Record the measurement ``row`` at iteration t in a run's history (once per iteration)."""
+    row = {k: v for k, v in row.items() if not k.startswith("endrule_")}
+    row["iteration"] = t
+    if not hist or hist[-1]["iteration"] != t:
+        hist.append(row)
 
 
 def _group_stats(W: torch.Tensor, mask: torch.Tensor, prefix: str, out: dict[str, torch.Tensor]) -> None:
@@ -513,17 +541,15 @@ def _train_group(specs: list[RunSpec], cfg: TrainConfig, ck: Path | None, progre
                 reason, it = "loss_target", stop_it[i]
             elif below[i]:
                 reason, it = "loss_target", t
+                if conv.final_step and t < cfg.max_iters:  # the pre-step row, as the reference logs it
+                    _append_row(histories[b.keys[i]], rows[i], t)
             elif same[i]:
                 reason, it = "frozen", t
             elif t >= cfg.max_iters:
                 reason, it = "max_iters", t
             else:
                 if t > 0:
-                    row = {k: v for k, v in rows[i].items() if not k.startswith("endrule_")}
-                    row["iteration"] = t
-                    h = histories[b.keys[i]]
-                    if not h or h[-1]["iteration"] != t:
-                        h.append(row)
+                    _append_row(histories[b.keys[i]], rows[i], t)
                 continue
             done_idx.append(i)
             done_rows.append(rows[i])
@@ -531,6 +557,16 @@ def _train_group(specs: list[RunSpec], cfg: TrainConfig, ck: Path | None, progre
             done_reasons.append(reason)
         if done_idx:
             ix = torch.tensor(done_idx, dtype=torch.long, device=b.W.device)
+            if conv.final_step:  # the authors' loop: the stopping iteration's step is taken and counted
+                last = [j for j, (it, reason) in enumerate(zip(done_its, done_reasons))
+                        if reason == "loss_target" and it < cfg.max_iters]
+                if last:
+                    sub = ix[last]
+                    b.W[sub], b.a[sub] = final_step(b.W[sub], b.a[sub], b.X[sub], b.y[sub], kappa, lr)
+                    new_rows = _to_rows(measure(b.take(sub), kappa))
+                    for j, row in zip(last, new_rows):
+                        done_rows[j] = row
+                        done_its[j] += 1
             end_rows = _to_rows(end_rule_stats(b.W[ix], b.a[ix], b.X[ix]))
             done_rows = [{**row, **extra} for row, extra in zip(done_rows, end_rows)]
             finish(done_idx, done_rows, done_its, done_reasons)
