@@ -348,11 +348,11 @@ def test_fast_path_resume_bit_identical_after_neurons_die(tmp_path, monkeypatch,
     uninterrupted one bit for bit (the engine rebuilds the CPU layout at each logging point)."""
     job = dict(scheme="uncentred", d=16, m=100, seeds=[0], lambda_exps=[0, -2, -4, -6])
     cfg = _cfg(max_iters=8000, n_log=40)
-    assert cfg.engine == "fast" and cfg.stable_phase == "auto"  # the stable phase is on for the CPU
-    from shallowrelu import stable
+    assert cfg.engine == "fast" and cfg.stable_phase == "auto"  # the grouped stepper is on for the CPU
+    from shallowrelu.steppers import grouped
 
     counters: dict[str, int] = {}
-    monkeypatch.setattr(stable, "COUNTERS", counters)
+    monkeypatch.setattr(grouped, "COUNTERS", counters)
 
     def run(root):
         train_trials(root, job["scheme"], job["d"], job["m"], job["seeds"], job["lambda_exps"], cfg, progress=False)
@@ -366,4 +366,4 @@ def test_fast_path_resume_bit_identical_after_neurons_die(tmp_path, monkeypatch,
     run(tmp_path / "killed")
     assert "resumed from checkpoint" in capsys.readouterr().err
     _assert_identical(_load_runs(tmp_path / "killed"), _load_runs(tmp_path / "ref"))
-    assert counters.get("group_neurons", 0) > 0  # late chunks went through the stable phase
+    assert counters.get("group_neurons", 0) > 0  # late chunks went through the grouped stepper

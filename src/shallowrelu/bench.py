@@ -5,19 +5,22 @@ runs, alternating the variants so that a busy machine slows them alike:
 
 * ``naive``: one run at a time, a Python loop with a host-side stop decision each step (as
   :func:`shallowrelu.model.reference_train`, but on the chosen device);
-* ``batched_reference``: the engine's reference step (``engine.gd_step``) on all runs at once;
-* ``fast_early``: the fast path (fast.py) on all runs from initialisation (all neurons live);
-* ``fast_late``: the same after a warm-up, once dead neurons have left the step;
-* ``fast_single``: the fast path on one run (the latency floor that the tail of a batch sees);
-* ``fast_late_stable``: as ``fast_late``, through the stable-pattern phase (stable.py: certified
-  pattern-group rows, the other neurons on the general fast path);
-* on the CPU the fast variants use the compiled numba loops (kernels.py) when numba is installed;
-  ``fast_late_torch`` and ``fast_late_stable_torch`` are the same two with the torch step
-  (SHALLOWRELU_KERNELS=torch), for the kernels' own gain;
-* end to end (``--e2e-iters``): the whole batch from initialisation, chunked at the engine's
-  logging points, with the real loss target (finished runs leave the batch), stable phase off
-  and on; its "speedup" divides the naive loop's time for the same run-iterations (the sum of the
-  runs' iteration counts, at the naive rate above) by the measured wall time.
+* ``batched_reference``: the reference stepper (steppers/reference.py) on all runs at once;
+* ``dense_early``: the dense stepper (compiled numba loops on the CPU when numba is installed,
+  steppers/compiled.py; torch with CUDA graphs on CUDA) on all runs from initialisation;
+* ``dense_single``: the same on one run (the latency floor that the tail of a batch sees);
+* ``dense_late`` and ``grouped_late``: after a warm-up of the default path with the real stop
+  target, every run of the batch (also those that converged) with the dense and with the grouped
+  stepper (steppers/grouped.py: certified activation-pattern groups);
+* ``dense_late_training`` and ``grouped_late_training``: the same on only the runs that a real
+  job still trains after the warm-up;
+* on the CPU with numba, ``*_torch``: the same with the torch step (SHALLOWRELU_KERNELS=torch),
+  for the compiled loops' own gain;
+* end to end (``--e2e-iters``): ``engine.train`` itself — the code path of ``python -m
+  shallowrelu train``: batch set-up, measurements at the logging points, the real loss target,
+  finished runs leaving the batch — with the grouped stepper off and on; its "speedup" divides
+  the naive loop's time for the same run-iterations (the sum of the runs' iteration counts, at
+  the naive rate above) by the measured wall time.
 
 Throughput is in run-iterations per second (a batch of R runs doing one step = R). The JSON
 record holds the device, versions, settings, every timing, and a *projection* (not a
@@ -34,7 +37,6 @@ import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -116,228 +118,155 @@ def _calibrate(make_fn, per_unit_guess: float, seconds: float, dev: torch.device
     return int(max(lo, min(hi, k * seconds / max(dt, 1e-9))))
 
 
-def light_batch(specs, dev: torch.device) -> SimpleNamespace:
-    """The tensors of engine._Batch that stepping needs (without the measurement set-up)."""
-    t = lambda arr: torch.as_tensor(np.asarray(arr), dtype=torch.float64, device=dev)  # noqa: E731
-    inits = [s.trial.init(s.lam) for s in specs]
-    R = len(specs)
-    return SimpleNamespace(
-        keys=[s.key for s in specs], W=torch.stack([t(W) for W, _ in inits]), a=torch.stack([t(a) for _, a in inits]),
-        X=torch.stack([t(s.trial.X) for s in specs]), y=torch.stack([t(s.trial.y) for s in specs]),
-        running=torch.ones(R, dtype=torch.bool, device=dev), stop_iter=torch.full((R,), -1, dtype=torch.int64,
-                                                                                   device=dev))
+def light_batch(specs, dev: torch.device):
+    """The batch of ``specs`` without the measurement set-up (what stepping needs)."""
+    from .batch import Batch
+
+    return Batch.from_specs(specs, dev, measurements=False)
 
 
-def _clone_batch(b: SimpleNamespace) -> SimpleNamespace:
-    return SimpleNamespace(**{k: (v.clone() if torch.is_tensor(v) else v) for k, v in vars(b).items()
-                              if not k.startswith("_")})
+def _clone(b):
+    c = b.take(torch.arange(b.n_runs, device=b.W.device))
+    c.running = b.running.clone()
+    return c
 
 
-def _subset(b: SimpleNamespace, keep: list[int]) -> SimpleNamespace:
-    ix = torch.tensor(keep, dtype=torch.long, device=b.W.device)
-    return SimpleNamespace(keys=[b.keys[i] for i in keep], W=b.W[ix], a=b.a[ix], X=b.X[ix], y=b.y[ix],
-                           running=b.running[ix], stop_iter=b.stop_iter[ix])
+def end_to_end(specs, dev: torch.device, iters: int, grouped: bool, n_log: int = 100) -> dict[str, Any]:
+    """The real job: engine.train on all runs from initialisation for up to ``iters`` iterations
+    (batch set-up, measurements at the n_log logging points, the real loss target, finished runs
+    leaving the batch), as ``python -m shallowrelu train`` runs it. Returns the wall time, the
+    run-iterations done (the sum of the runs' iteration counts) and the runs at the cap."""
+    from .engine import TrainConfig, train
 
-
-def end_to_end(specs, dev: torch.device, iters: int, stable: bool, n_log: int = 100) -> dict[str, Any]:
-    """All runs from initialisation for ``iters`` iterations, chunked at the engine's logging
-    points (log_iterations(iters, n_log)), real loss target; finished runs leave the batch at
-    logging points as in the engine. Returns wall time and the run-iterations done, in all and
-    over the second half.
-
-    n_log = 100 makes the chunks ~10% of the iteration count; a paper-size run (cap 2·10^7,
-    n_log = 1000) has chunks of ~1.7% of t, i.e. the same lengths at ~6× larger t, and spends
-    almost all its iterations where chunks are ≥ 10^3 steps."""
-    from .fast import train_chunk
-    from .model import get_convention, log_iterations
-
-    conv = get_convention("authors")
-    b = light_batch(specs, dev)
-    pts = [int(x) for x in log_iterations(iters, n_log)]
-    half = iters // 2
-    done_iters = 0
-    late_iters, late_wall = 0, 0.0  # chunks that start at or after iters/2: the late phase
+    cfg = TrainConfig(max_iters=iters, n_log=n_log, device=str(dev), stable_phase="on" if grouped else "off")
     _sync(dev)
     t0 = time.perf_counter()
-    for t, t_next in zip(pts[:-1], pts[1:]):
-        tc = time.perf_counter()
-        R = len(b.keys)
-        train_chunk(b, t_next - t, t, conv.kappa, conv.lr, conv.target, 1, stable)
-        b.__dict__.pop("_fast", None)  # the engine lays the batch out afresh at each logging point (CPU)
-        running = b.running.tolist()
-        stops = b.stop_iter.tolist()
-        if t >= half:
-            _sync(dev)
-            late_wall += time.perf_counter() - tc
-            late_iters += sum((t_next if running[i] else stops[i]) - t for i in range(R))
-        if not all(running):
-            done_iters += sum(stops[i] for i in range(R) if not running[i])
-            keep = [i for i in range(R) if running[i]]
-            if not keep:
-                break
-            b = _subset(b, keep)
+    res = train(specs, cfg, progress=False)
     _sync(dev)
     wall = time.perf_counter() - t0
-    at_cap = int(b.running.sum()) if len(b.keys) and bool(b.running.any()) else 0
-    done_iters += iters * at_cap
-    return {"wall_s": wall, "run_iterations": done_iters, "run_iterations_per_s": done_iters / wall,
-            "late_half": {"from_iteration": half, "wall_s": late_wall, "run_iterations": late_iters,
-                          "run_iterations_per_s": late_iters / late_wall if late_wall else float("nan")},
-            "runs_at_cap": at_cap, "iters": iters, "n_log": n_log}
+    done = sum(r.iterations for r in res)
+    at_cap = sum(r.stop_reason == "max_iters" for r in res)
+    return {"wall_s": wall, "run_iterations": done, "run_iterations_per_s": done / wall, "runs_at_cap": at_cap,
+            "runs": len(res), "iters": iters, "n_log": n_log,
+            "stop_reasons": {k: sum(r.stop_reason == k for r in res) for k in sorted({r.stop_reason for r in res})}}
+
+
+def _variants(b, rule, kinds: list[str]):
+    """Steppers by name, each on its own copy of the batch ``b``: 'dense' (compiled on the CPU
+    with numba), 'dense_torch', 'grouped', 'grouped_torch', 'reference'."""
+    from .kernels import kernel_choice
+    from .steppers.select import make_stepper
+
+    out = {}
+    for kind in kinds:
+        torch_step = kind.endswith("_torch")
+        with kernel_choice("torch") if torch_step else nullcontext():
+            st = make_stepper("reference" if kind == "reference" else "fast", rule, b.W.device.type,
+                              kind.startswith("grouped"))
+        out[kind] = (st, _clone(b), torch_step)
+    return out
+
+
+def _time_steppers(variants, dev, seconds: float, repeats: int, R: int, t0: int) -> dict[str, list[float]]:
+    """Run-iterations/s of each stepper variant, alternating between them ``repeats`` times."""
+    from .kernels import kernel_choice
+    from .steppers.grouped import MIN_STEPS
+
+    def fn(kind):
+        st, b, torch_step = variants[kind]
+
+        def mk(k):
+            def f():
+                with kernel_choice("torch") if torch_step else nullcontext():
+                    b.__dict__.pop("_dense", None)
+                    st.advance(b, t0, k)
+            return f
+        return mk
+
+    counts = {}
+    for kind in variants:
+        fn(kind)(MIN_STEPS)()  # warm up (compilation, CUDA graphs)
+        counts[kind] = max(MIN_STEPS, _calibrate(fn(kind), 1e-4, seconds, dev, hi=10**6))
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(repeats):
+        for kind in variants:
+            times[kind].append(R * counts[kind] / _timed(fn(kind)(counts[kind]), dev))
+    return times
 
 
 def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, seconds: float, repeats: int,
               warmup: int, log=print, e2e_iters: int = 0) -> dict[str, Any]:
+    """Every timing of one dimension d (module docstring)."""
     from .datasets import make_trial
-    from .engine import RunSpec, gd_step, lambda_from_exp
-    from .fast import BLOCK_STEPS, certainly_dead, make_stepper
+    from .engine import RunSpec, lambda_from_exp
+    from .kernels import use_numba
     from .model import get_convention
+    from .steppers.base import StepRule
+    from .steppers.dense import certainly_dead
+    from .steppers.select import make_stepper
 
     conv = get_convention("authors")
-    kappa, lr = conv.kappa, conv.lr
-    target = -1.0  # never stop during timing: every variant does every step
+    never = StepRule(conv.kappa, conv.lr, -1.0)  # never stop during timing: every variant does every step
     trials = [make_trial("centred", d, m, s) for s in range(seeds)]
     specs = [RunSpec(tr, lambda_from_exp(e), f"{tr.seed}/{e}", lambda_exp=e) for tr in trials for e in exps]
     R = len(specs)
-    b_ref = light_batch(specs, dev)
-    b_fast = light_batch(specs, dev)
-    b_one = light_batch(specs[:1], dev)
-    st = make_stepper(b_fast, kappa, lr, target)
-    st.load(b_fast, 0)
-    st1 = make_stepper(b_one, kappa, lr, target)
-    st1.load(b_one, 0)
-    tr0 = trials[0]
+    both = dev.type == "cpu" and use_numba()  # also time the torch step, for the kernels' gain
     naive_lams = [exps[0], exps[len(exps) // 2], exps[-1]]
-    naive_state = []
-    for e in naive_lams:
-        W0, a0 = tr0.init(lambda_from_exp(e))
-        t = lambda arr: torch.as_tensor(arr, dtype=torch.float64, device=dev)  # noqa: E731
-        naive_state.append((t(tr0.X), t(tr0.y), t(W0), t(a0)))
+    t = lambda arr: torch.as_tensor(arr, dtype=torch.float64, device=dev)  # noqa: E731
+    naive_state = [(t(trials[0].X), t(trials[0].y), *(t(v) for v in trials[0].init(lambda_from_exp(e))))
+                   for e in naive_lams]
 
     def naive_fn(k):
-        def f():
-            for X, y, W, a in naive_state:
-                naive_loop(X, y, W, a, kappa, lr, target, k)
-        return f
+        return lambda: [naive_loop(X, y, W, a, conv.kappa, conv.lr, -1.0, k) for X, y, W, a in naive_state]
 
-    def ref_fn(k):
-        def f():
-            for i in range(k):
-                gd_step(b_ref, i, kappa, lr, target)
-        return f
-
-    def fast_fn(stepper):
-        def mk(k):
-            return lambda: stepper.steps(k)
-        return mk
-
-    # warm up (CUDA graphs are captured here) and calibrate the counts
-    gs = BLOCK_STEPS if st.blocks else 1
     naive_fn(3)()
-    ref_fn(2)()
-    st.steps(2 * gs)
-    st1.steps(2 * gs)
     k_naive = _calibrate(naive_fn, 1e-4, seconds / len(naive_lams), dev, hi=10**6)
-    k_ref = _calibrate(ref_fn, 1e-3, seconds, dev, hi=10**6)
-    k_fast = max(gs, _calibrate(fast_fn(st), 1e-4, seconds, dev) // gs * gs)
-    k_one = max(gs, _calibrate(fast_fn(st1), 1e-5, seconds, dev) // gs * gs)
-    times: dict[str, list[float]] = {"naive": [], "batched_reference": [], "fast_early": [], "fast_single": []}
-    for _ in range(repeats):
-        times["naive"].append(len(naive_lams) * k_naive / _timed(naive_fn(k_naive), dev))
-        times["batched_reference"].append(R * k_ref / _timed(ref_fn(k_ref), dev))
-        times["fast_early"].append(R * k_fast / _timed(fast_fn(st)(k_fast), dev))
-        times["fast_single"].append(k_one / _timed(fast_fn(st1)(k_one), dev))
-    live_early = st.total_live
-    # late phase: train on (real stop target now) so that dead neurons can leave the step
+    b0 = light_batch(specs, dev)
+    early = _variants(b0, never, ["reference", "dense"] + (["dense_torch"] if both else []))
+    early["single"] = (make_stepper("fast", never, dev.type, False), light_batch(specs[:1], dev), False)
+    times = {"naive": [len(naive_lams) * k_naive / _timed(naive_fn(k_naive), dev) for _ in range(repeats)]}
+    t_early = _time_steppers(early, dev, seconds, repeats, R, 0)
+    t_early["single"] = [v / R for v in t_early["single"]]
+    times.update({{"reference": "batched_reference", "dense": "dense_early", "dense_torch": "dense_early_torch",
+                   "single": "dense_single"}[k]: v for k, v in t_early.items()})
+    # late phase: the default path trains on with the real stop target, then every run is timed
     t_warm = time.perf_counter()
-    st_w = make_stepper(b_fast, kappa, lr, conv.target)
-    st_w.load(b_fast, 0)
-    st_w.steps(warmup)
-    st_w.store(b_fast)
+    b_late = light_batch(specs, dev)
+    make_stepper("fast", StepRule.of(conv), dev.type, True).advance(b_late, 0, warmup)
     warm_s = time.perf_counter() - t_warm
-    dead = certainly_dead(b_fast.W, b_fast.X)
-    still = int(b_fast.running.sum())
-    b_fast.running.fill_(True)  # time every run, also those that met the target during warm-up
-    st_late = make_stepper(b_fast, kappa, lr, target)
-    st_late.load(b_fast, warmup)
-    st_late.steps(2 * gs)
-    k_late = max(gs, _calibrate(fast_fn(st_late), 1e-4, seconds, dev) // gs * gs)
-    from .fast import train_chunk
-    from .stable import STABLE_MIN_STEPS
-
-    b_stab = _clone_batch(b_fast)
-    k_stab = max(STABLE_MIN_STEPS, k_late)
-
-    def stable_fn(k):
-        def f():
-            train_chunk(b_stab, k, warmup, kappa, lr, target, 1, stable=True)  # general path where it does not pay
-            b_stab.__dict__.pop("_fast", None)
-        return f
-
-    from .kernels import kernel_choice, use_numba
-
-    both = dev.type == "cpu" and use_numba()  # also time the torch step, for the kernels' gain
-    if both:
-        with kernel_choice("torch"):
-            st_late_t = make_stepper(b_fast, kappa, lr, target)
-        st_late_t.load(b_fast, warmup)
-        b_stab_t = _clone_batch(b_fast)
-
-        def stable_torch_fn(k):
-            def f():
-                with kernel_choice("torch"):
-                    train_chunk(b_stab_t, k, warmup, kappa, lr, target, 1, stable=True)
-                b_stab_t.__dict__.pop("_fast", None)
-            return f
-
-        times["fast_late_torch"] = []
-        times["fast_late_stable_torch"] = []
-    times["fast_late"] = []
-    times["fast_late_stable"] = []
-    stable_error = None
-    for _ in range(repeats):
-        times["fast_late"].append(R * k_late / _timed(fast_fn(st_late)(k_late), dev))
-        if both:
-            times["fast_late_torch"].append(R * k_late / _timed(fast_fn(st_late_t)(k_late), dev))
-            times["fast_late_stable_torch"].append(R * k_stab / _timed(stable_torch_fn(k_stab), dev))
-        if stable_error is None:
-            try:  # not yet run on a GPU: a failure there is recorded, not fatal
-                times["fast_late_stable"].append(R * k_stab / _timed(stable_fn(k_stab), dev))
-            except RuntimeError as exc:  # pragma: no cover - device dependent
-                stable_error = repr(exc)
-                times["fast_late_stable"] = [float("nan")]
-        times["naive"].append(len(naive_lams) * k_naive / _timed(naive_fn(k_naive), dev))
+    dead = certainly_dead(b_late.W, b_late.X, b_late.trial)
+    still = [i for i in range(R) if bool(b_late.running[i])]
+    b_late.running.fill_(True)  # time every run, also those that met the target during warm-up
+    late_kinds = ["dense", "grouped"] + (["dense_torch", "grouped_torch"] if both else [])
+    t_late = _time_steppers(_variants(b_late, never, late_kinds), dev, seconds, repeats, R, warmup)
+    times.update({f"{k.split('_')[0]}_late" + ("_torch" if k.endswith("_torch") else ""): v for k, v in t_late.items()})
+    if still and len(still) < R:  # the runs a real job still trains after the warm-up
+        sub = b_late.take(torch.tensor(still, dtype=torch.long, device=dev))
+        t_tr = _time_steppers(_variants(sub, never, ["dense", "grouped"]), dev, seconds, repeats, len(still), warmup)
+        times.update({f"{k}_late_training": v for k, v in t_tr.items()})
     med = {k: statistics.median(v) for k, v in times.items()}
     e2e: dict[str, Any] = {}
     if e2e_iters:
-        variants = [("stable_off", False, None), ("stable_on", True, None)]
-        if both:
-            variants.append(("stable_on_torch", True, "torch"))
+        variants = [("grouped_off", False, None), ("grouped_on", True, None)] + (
+            [("grouped_on_torch", True, "torch")] if both else [])
         for label, flag, kern in variants:
+            from .kernels import kernel_choice
+
             with kernel_choice(kern) if kern else nullcontext():
                 e2e[label] = end_to_end(specs, dev, e2e_iters, flag)
             e2e[label]["speedup_vs_naive"] = e2e[label]["run_iterations_per_s"] / med["naive"]
-            e2e[label]["late_half"]["speedup_vs_naive"] = e2e[label]["late_half"]["run_iterations_per_s"] / med["naive"]
     out = {
-        "d": d, "n": d, "m": m, "runs": R, "seeds": seeds, "lambda_exps": exps,
-        "naive_lambda_exps": naive_lams,
-        "run_iterations_per_s": med,
-        "run_iterations_per_s_all": times,
+        "d": d, "n": d, "m": m, "runs": R, "seeds": seeds, "lambda_exps": exps, "naive_lambda_exps": naive_lams,
+        "run_iterations_per_s": med, "run_iterations_per_s_all": times,
         "speedup_vs_naive": {k: med[k] / med["naive"] for k in med if k != "naive"},
-        "live_neurons_early": live_early, "live_neurons_late": int((~dead).sum()), "neurons_total": R * m,
-        "warmup_iters": warmup, "warmup_s": warm_s, "runs_still_training_after_warmup": still,
-        "kernels": "numba" if both else "torch",
-        "iters_timed": {"naive": k_naive, "batched_reference": k_ref, "fast": k_fast, "fast_single": k_one,
-                        "fast_late": k_late, "fast_late_stable": k_stab},
-        "end_to_end": e2e,
-        "stable_error": stable_error,
+        "live_neurons_late": int((~dead).sum()), "neurons_total": R * m,
+        "warmup_iters": warmup, "warmup_s": warm_s, "runs_still_training_after_warmup": len(still),
+        "kernels": "numba" if both else "torch", "end_to_end": e2e,
     }
-    row = " ".join(f"{k}={v:,.0f}" for k, v in med.items())
-    e2e_txt = "".join(f" e2e[{k}]={v['speedup_vs_naive']:.1f}x (late half {v['late_half']['speedup_vs_naive']:.1f}x)"
-                      for k, v in e2e.items())
-    log(f"d={d:5d} R={R:3d} {row} | fast_late/naive={med['fast_late'] / med['naive']:.1f}x "
-        f"stable/naive={med['fast_late_stable'] / med['naive']:.1f}x{e2e_txt} "
-        f"live {live_early}->{int((~dead).sum())}/{R * m}")
+    sp = out["speedup_vs_naive"]
+    log(f"d={d:5d} R={R:3d} " + " ".join(f"{k}={v:,.0f}" for k, v in med.items()) + " | x naive: "
+        + " ".join(f"{k}={v:.1f}" for k, v in sp.items())
+        + "".join(f" e2e[{k}]={v['speedup_vs_naive']:.1f}x" for k, v in e2e.items()))
     return out
 
 
@@ -347,7 +276,7 @@ def projection(per_dim: dict[int, dict[str, Any]], m_bench: int) -> dict[str, An
     Each (scheme, d, m) job is one batch of 80 runs trained for up to the cap. Its wall time is
     between cap × (step time of one run alone) — only the slowest run is left for most of the
     iterations — and cap × (step time of the whole batch in the late phase, the faster of
-    ``fast_late`` and ``fast_late_stable``) — every run trains to the cap. Dimensions not
+    ``dense_late`` and ``grouped_late``) — every run trains to the cap. Dimensions not
     benchmarked are not projected; other widths m are scaled from the benchmarked one in
     proportion to the live neurons (matrix-product bound), and single run times are not scaled.
     """
@@ -358,9 +287,9 @@ def projection(per_dim: dict[int, dict[str, Any]], m_bench: int) -> dict[str, An
             continue
         r = per_dim[d]["run_iterations_per_s"]
         R = per_dim[d]["runs"]
-        late = max(v for v in (r["fast_late"], r.get("fast_late_stable", 0.0)) if v == v)  # NaN: not measured
+        late = max(v for v in (r["dense_late"], r.get("grouped_late", 0.0)) if v == v)  # NaN: not measured
         step_batch = R / late * (GRID_RUNS_PER_CONFIG / R) * (m / m_bench)
-        step_one = 1.0 / r["fast_single"]
+        step_one = 1.0 / r["dense_single"]
         lo, hi = GRID_CAP * step_one, GRID_CAP * max(step_batch, step_one)
         for _ in range(GRID_SCHEMES):
             jobs.append({"d": d, "m": m, "runs": GRID_RUNS_PER_CONFIG, "wall_s_low": lo, "wall_s_high": hi})
@@ -461,19 +390,20 @@ def _hms(s: float) -> str:
 
 
 def _table(per_dim: dict[int, dict[str, Any]]) -> str:
-    cols = ["naive", "batched_reference", "fast_early", "fast_late", "fast_late_stable", "fast_single",
-            "fast_late_torch", "fast_late_stable_torch"]
-    lines = ["| d | runs | " + " | ".join(cols) + " | fast_late / naive | fast_late_stable / naive "
-             "| end to end (late half), stable off / on / on with the torch step, x naive | live neurons (late) |",
-             "|---|---|" + "---|" * len(cols) + "---|---|---|---|"]
+    cols = ["naive", "batched_reference", "dense_early", "dense_single", "dense_late", "grouped_late",
+            "grouped_late_training", "dense_late_torch", "grouped_late_torch"]
+    lines = ["| d | runs | " + " | ".join(cols) + " | dense_late / naive | grouped_late / naive "
+             "| grouped_late_training / naive | end to end, grouped off / on / on with the torch step, x naive "
+             "| live neurons (late) |", "|---|---|" + "---|" * len(cols) + "---|---|---|---|---|"]
     for d, r in per_dim.items():
-        v = r["run_iterations_per_s"]
+        v, sp = r["run_iterations_per_s"], r["speedup_vs_naive"]
         e2e = r.get("end_to_end") or {}
-        e2e_txt = " / ".join(f"{e2e[k]['speedup_vs_naive']:.1f}x ({e2e[k]['late_half']['speedup_vs_naive']:.1f}x)"
-                             for k in ("stable_off", "stable_on", "stable_on_torch") if k in e2e)
+        e2e_txt = " / ".join(f"{e2e[k]['speedup_vs_naive']:.1f}x" for k in ("grouped_off", "grouped_on",
+                                                                             "grouped_on_torch") if k in e2e)
+        ratios = [f"{sp[k]:.1f}x" if k in sp else "-" for k in ("dense_late", "grouped_late", "grouped_late_training")]
         lines.append(f"| {d} | {r['runs']} | " + " | ".join(f"{v[c]:,.0f}" if c in v else "-" for c in cols)
-                     + f" | {v['fast_late'] / v['naive']:.1f}x | {v['fast_late_stable'] / v['naive']:.1f}x"
-                     f" | {e2e_txt or '-'} | {r['live_neurons_late']}/{r['neurons_total']} |")
+                     + " | " + " | ".join(ratios)
+                     + f" | {e2e_txt or '-'} | {r['live_neurons_late']}/{r['neurons_total']} |")
     return "run-iterations/s (median of alternating repeats)\n" + "\n".join(lines)
 
 

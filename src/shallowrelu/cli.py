@@ -66,13 +66,13 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint-every", type=float, default=300.0, metavar="SECONDS",
                    help="write a resumable checkpoint at most this often (default 300 s)")
     p.add_argument("--engine", choices=["fast", "reference"], default="fast",
-                   help="stepping path: 'fast' (default; dead neurons leave the step, shared products, CUDA "
+                   help="steppers: 'fast' (default; dead neurons leave the step, shared products, CUDA "
                         "graphs; on the CPU compiled numba loops, or the torch step with the environment "
                         "variable SHALLOWRELU_KERNELS=torch) or 'reference' (the plain batched step); both "
-                        "compute the same iterates")
+                        "compute the same iterates (docs/performance.md)")
     p.add_argument("--stable-phase", choices=["auto", "on", "off"], default="auto",
-                   help="fast engine: runs whose activation patterns hold step through the certified "
-                        "stable-pattern phase (docs/performance.md); 'auto' (default) = on for the CPU, "
+                   help="fast engine: the grouped stepper, certified activation-pattern groups with one "
+                        "gradient direction each (docs/performance.md); 'auto' (default) = on for the CPU, "
                         "off on CUDA (not yet measured there)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--force", action="store_true", help="retrain runs whose results already exist")

@@ -32,13 +32,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from .batch import Batch
 from .datasets import Trial, check_lambda
 from .io import _atomic_path
-from .metrics import RAD2DEG, angle_between, end_groups, init_groups, nuclear_norm, pairwise_angle_stats
-from .model import batched_loss_and_gradients, batched_objective, get_convention, log_iterations
+from .measure import append_row, end_rule_stats, final_summary, measure, stack_history, to_rows
+from .model import batched_loss_and_gradients, get_convention, log_iterations
+from .steppers.base import Stepper, StepRule
+from .steppers.select import ENGINES, make_stepper
 
 ACTIVE_RULES = ("init", "end")
-ENGINES = ("fast", "reference")
 STABLE_PHASE = ("auto", "on", "off")
 
 
@@ -56,8 +58,8 @@ class TrainConfig:
     active_rule: str = "init"
     checkpoint_every_s: float = 300.0
     sync_every: int = 0  # 0: 1 on the CPU, 64 on CUDA
-    engine: str = "fast"  # 'fast' (fast.py, same iterates) or 'reference' (gd_step below)
-    stable_phase: str = "auto"  # fast engine: stable-pattern phase (stable.py); auto = on for the CPU
+    engine: str = "fast"  # 'fast' (steppers: compiled/dense/grouped, same iterates) or 'reference'
+    stable_phase: str = "auto"  # fast engine: the grouped stepper (steppers/grouped.py); auto = on for the CPU
 
     def validate(self) -> TrainConfig:
         get_convention(self.loss_convention, self.lr, self.loss_target)
@@ -133,94 +135,6 @@ class RunResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class _Batch:
-    """Device tensors of the runs currently training, all with the same shapes."""
-
-    def __init__(self, specs: Sequence[RunSpec], cfg: TrainConfig, dev: torch.device, dtype: torch.dtype):
-        self.keys = [s.key for s in specs]
-        t = lambda arr: torch.as_tensor(np.asarray(arr), dtype=dtype, device=dev)  # noqa: E731
-        inits = [s.trial.init(s.lam) for s in specs]
-        self.W = torch.stack([t(W) for W, _ in inits])
-        self.a = torch.stack([t(a) for _, a in inits])
-        self.X = torch.stack([t(s.trial.X) for s in specs])
-        self.y = torch.stack([t(s.trial.y) for s in specs])
-        z = torch.stack([t(s.trial.z) for s in specs])
-        sgn = torch.stack([t(s.trial.s) for s in specs])
-        self.pos0, self.neg0 = init_groups(z, sgn, self.X)
-        self.teacher = torch.stack([t(s.trial.teacher.primary) for s in specs])
-        n = self.X.shape[1]
-        self.gamma = torch.einsum("rn,rnd->rd", self.y, self.X) / n
-        bases = []
-        for s in specs:
-            evals, evecs = np.linalg.eigh(s.trial.X.T @ s.trial.X / s.trial.n)
-            bases.append(evecs[:, ::-1].copy())  # columns u_k by decreasing eigenvalue
-        self.eigbasis = torch.stack([t(B) for B in bases])
-        names = sorted(specs[0].trial.eval_sets)
-        self.eval_names = names
-        self.eval_X = {nm: torch.stack([t(s.trial.eval_sets[nm][0]) for s in specs]) for nm in names}
-        self.eval_y = {nm: torch.stack([t(s.trial.eval_sets[nm][1]) for s in specs]) for nm in names}
-        R = len(specs)
-        self.running = torch.ones(R, dtype=torch.bool, device=dev)
-        self.stop_iter = torch.full((R,), -1, dtype=torch.int64, device=dev)
-        self.W_prev = self.W.clone()
-
-    TENSORS = ("W", "a", "X", "y", "pos0", "neg0", "teacher", "gamma", "eigbasis", "running", "stop_iter", "W_prev")
-
-    def keep(self, idx: torch.Tensor) -> None:
-        """Keep only the runs at positions ``idx``."""
-        for name in self.TENSORS:
-            setattr(self, name, getattr(self, name)[idx])
-        for nm in self.eval_names:
-            self.eval_X[nm] = self.eval_X[nm][idx]
-            self.eval_y[nm] = self.eval_y[nm][idx]
-        self.keys = [self.keys[i] for i in idx.tolist()]
-
-    def take(self, idx: torch.Tensor) -> _Batch:
-        """A new batch of the runs at positions ``idx`` (indexed copies; ``self`` is unchanged)."""
-        b = _Batch.__new__(_Batch)
-        for name in self.TENSORS:
-            setattr(b, name, getattr(self, name)[idx])
-        b.eval_names = list(self.eval_names)
-        b.eval_X = {nm: v[idx] for nm, v in self.eval_X.items()}
-        b.eval_y = {nm: v[idx] for nm, v in self.eval_y.items()}
-        b.keys = [self.keys[i] for i in idx.tolist()]
-        return b
-
-    def state(self) -> dict[str, Any]:
-        out = {name: getattr(self, name).cpu() for name in self.TENSORS}
-        out["eval_X"] = {k: v.cpu() for k, v in self.eval_X.items()}
-        out["eval_y"] = {k: v.cpu() for k, v in self.eval_y.items()}
-        out["keys"] = list(self.keys)
-        out["eval_names"] = list(self.eval_names)
-        return out
-
-    @classmethod
-    def from_state(cls, st: dict[str, Any], dev: torch.device) -> _Batch:
-        b = cls.__new__(cls)
-        for name in cls.TENSORS:
-            setattr(b, name, st[name].to(dev))
-        b.eval_X = {k: v.to(dev) for k, v in st["eval_X"].items()}
-        b.eval_y = {k: v.to(dev) for k, v in st["eval_y"].items()}
-        b.keys = list(st["keys"])
-        b.eval_names = list(st["eval_names"])
-        return b
-
-
-def gd_step(b: _Batch, t: int, kappa: float, lr: float, target: float) -> None:
-    """One gradient-descent step for every run still running (model.batched_loss_and_gradients).
-
-    Runs whose objective at θ_t is below ``target`` are marked stopped at iteration t and get a
-    zero update (W − 0 = W exactly), so stopping needs no host synchronisation.
-    """
-    loss, grad_W, grad_a = batched_loss_and_gradients(b.W, b.a, b.X, b.y, kappa)
-    newly = b.running & (loss < target)
-    b.stop_iter = torch.where(newly, torch.full_like(b.stop_iter, t), b.stop_iter)
-    b.running = b.running & ~newly
-    go = b.running.to(b.W.dtype)
-    b.W = b.W - (lr * grad_W) * go[:, None, None]
-    b.a = b.a - (lr * grad_a) * go[:, None]
-
-
 def final_step(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Tensor, kappa: float,
                lr: float) -> tuple[torch.Tensor, torch.Tensor]:
     """One gradient-descent step of the runs given, with the reference trainer's arithmetic
@@ -228,84 +142,6 @@ def final_step(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Tenso
     whose pre-step objective is already below the target (``LossConvention.final_step``)."""
     _, gW, ga = batched_loss_and_gradients(W, a, X, y, kappa)
     return W - lr * gW, a - lr * ga
-
-
-def _append_row(hist: list[dict[str, Any]], row: dict[str, Any], t: int) -> None:
-    """Record the measurement ``row`` at iteration t in a run's history (once per iteration)."""
-    row = {k: v for k, v in row.items() if not k.startswith("endrule_")}
-    row["iteration"] = t
-    if not hist or hist[-1]["iteration"] != t:
-        hist.append(row)
-
-
-def _group_stats(W: torch.Tensor, mask: torch.Tensor, prefix: str, out: dict[str, torch.Tensor]) -> None:
-    st = pairwise_angle_stats(W, mask)
-    out[f"max_angle_{prefix}_deg"] = st["max"]
-    out[f"mean_angle_{prefix}_deg"] = st["mean"]
-    out[f"max_angle_{prefix}_arccos_deg"] = st["max_arccos"]
-    out[f"mean_angle_{prefix}_arccos_deg"] = st["mean_arccos"]
-    out[f"n_{prefix}"] = st["count"]
-
-
-def measure(b: _Batch, kappa: float, with_end_rule: bool = False) -> dict[str, torch.Tensor]:
-    """All SPEC §3 measurements of every run in the batch at its current state."""
-    W, a = b.W, b.a
-    out: dict[str, torch.Tensor] = {"loss": batched_objective(W, a, b.X, b.y, kappa)}
-    for nm in b.eval_names:
-        out[f"loss_{nm}"] = batched_objective(W, a, b.eval_X[nm], b.eval_y[nm], kappa)
-    _group_stats(W, b.pos0, "pos", out)
-    _group_stats(W, b.neg0, "neg", out)
-    out["nuclear_norm"] = nuclear_norm(W)
-    wsq = (W * W).sum(-1)
-    out["w_sq"] = wsq.sum(-1)
-    out["theta_sq"] = (a * a).sum(-1) + out["w_sq"]
-    out["balance_err"] = (a * a - wsq).abs().amax(-1)
-    v = torch.einsum("rm,rmd->rd", a * b.pos0.to(W.dtype), W)  # bundle v^t = Σ_{J+} a_j w_j
-    err = b.teacher - v
-    out["bundle_norm"] = torch.linalg.vector_norm(v, dim=-1)
-    out["bundle_err_norm"] = torch.linalg.vector_norm(err, dim=-1)
-    out["bundle_angle_gamma_deg"] = angle_between(v, b.gamma) * RAD2DEG
-    out["bundle_angle_teacher_deg"] = angle_between(v, b.teacher) * RAD2DEG
-    out["eig_coords"] = torch.einsum("rdk,rd->rk", b.eigbasis, err)
-    if with_end_rule:
-        out.update(end_rule_stats(W, a, b.X))
-    return out
-
-
-def end_rule_stats(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The group angle statistics with J± re-evaluated on the current weights (``endrule_*``)."""
-    pos_e, neg_e = end_groups(W, a, X)
-    end: dict[str, torch.Tensor] = {}
-    _group_stats(W, pos_e, "pos", end)
-    _group_stats(W, neg_e, "neg", end)
-    return {f"endrule_{k}": val for k, val in end.items()}
-
-
-def _to_rows(meas: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
-    host = {k: v.detach().cpu().numpy() for k, v in meas.items()}
-    R = next(iter(host.values())).shape[0]
-    return [{k: v[i] for k, v in host.items()} for i in range(R)]
-
-
-def _stack_history(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
-    return {k: np.stack([np.asarray(r[k]) for r in rows]) for k in rows[0]}
-
-
-def _final_summary(row: dict[str, Any], rule: str) -> dict[str, float]:
-    """Scalars of the final state; headline angles under the chosen active rule."""
-    fin = {k: float(v) for k, v in row.items() if np.ndim(v) == 0}
-    for grp in ("pos", "neg"):
-        for stat in ("max", "mean"):
-            for form in ("", "_arccos"):
-                name = f"{stat}_angle_{grp}{form}_deg"
-                fin[f"init_rule_{name}"] = fin[name]
-                fin[f"end_rule_{name}"] = fin[f"endrule_{name}"]
-                fin[name] = fin[f"{rule}_rule_{name}"]
-    fin["n_pos_end"] = fin.pop("endrule_n_pos")
-    fin["n_neg_end"] = fin.pop("endrule_n_neg")
-    for k in [k for k in fin if k.startswith("endrule_")]:
-        fin.pop(k)
-    return fin
 
 
 class _Progress:
@@ -400,31 +236,26 @@ def _sigterm_flag(enabled: bool):
         signal.signal(signal.SIGTERM, previous)
 
 
-CHECKPOINT_FORMAT = 2
+CHECKPOINT_FORMAT = 3  # 3: per-trial data in the batch (batch.Batch)
 
 
-def _fresh_layout_on_cpu(b: _Batch) -> None:
-    """On the CPU, let the fast path lay the batch out afresh at every logging point, from the
-    state there, exactly as a job resumed from a checkpoint at that point does.
-
-    The fast stepper (fast.py) keeps its layout between chunks, e.g. neurons that died since
-    it was built; a different layout changes BLAS blocking and so the last bits. Rebuilding
-    it at each logging point makes the iterates a function of the checkpointed state alone,
-    so resumed runs are bit-identical on the CPU (tests/test_resume.py). On CUDA the stepper
-    (and its captured graphs) is kept; resumed runs agree there to rounding.
-    """
-    if b.W.device.type == "cpu":
-        b.__dict__.pop("_fast", None)
-
-
-def _spec_fingerprint(s: RunSpec) -> str:
-    """Hash of everything that defines one run's iterates: its trial's data and λ."""
-    h = hashlib.sha256(repr((s.key, float(s.lam), s.trial.X.shape, s.trial.z.shape)).encode())
-    arrays = [s.trial.X, s.trial.y, s.trial.z, s.trial.s, s.trial.teacher.primary]
-    arrays += [arr for nm in sorted(s.trial.eval_sets) for arr in s.trial.eval_sets[nm]]
-    for arr in arrays:
-        h.update(np.ascontiguousarray(arr, dtype=np.float64).tobytes())
-    return h.hexdigest()[:16]
+def _spec_fingerprints(specs: Sequence[RunSpec]) -> dict[str, str]:
+    """Per run, a hash of everything that defines its iterates: its trial's data (hashed once per
+    trial), its key and λ."""
+    by_trial: dict[int, bytes] = {}
+    out = {}
+    for s in specs:
+        tr = s.trial
+        if id(tr) not in by_trial:
+            h = hashlib.sha256(repr((tr.X.shape, tr.z.shape)).encode())
+            arrays = [tr.X, tr.y, tr.z, tr.s, tr.teacher.primary]
+            arrays += [arr for nm in sorted(tr.eval_sets) for arr in tr.eval_sets[nm]]
+            for arr in arrays:
+                h.update(np.ascontiguousarray(arr, dtype=np.float64).tobytes())
+            by_trial[id(tr)] = h.digest()
+        h = hashlib.sha256(by_trial[id(tr)] + repr((s.key, float(s.lam))).encode())
+        out[s.key] = h.hexdigest()[:16]
+    return out
 
 
 def _load_checkpoint(ck: Path, cfg_fp: str, run_fps: dict[str, str], desc: str) -> dict[str, Any] | None:
@@ -449,176 +280,9 @@ def _load_checkpoint(ck: Path, cfg_fp: str, run_fps: dict[str, str], desc: str) 
     return st
 
 
-def _train_group(specs: list[RunSpec], cfg: TrainConfig, ck: Path | None, progress: bool, desc: str,
-                 stop_requested: Callable[[], int | None] = lambda: None):
-    dev = resolve_device(cfg.device)
-    dtype = getattr(torch, cfg.dtype)
-    conv = cfg.convention
-    kappa, lr, target = conv.kappa, conv.lr, conv.target
-    by_key = {s.key: s for s in specs}
-    log_pts = [int(x) for x in log_iterations(cfg.max_iters, cfg.n_log)]
-    sync_every = cfg.sync_every or (1 if dev.type == "cpu" else 64)
-    fingerprint = cfg.fingerprint()
-    run_fps = {s.key: _spec_fingerprint(s) for s in specs}
-    stable = cfg.stable_phase == "on" or (cfg.stable_phase == "auto" and dev.type == "cpu")
-
-    histories: dict[str, list[dict[str, Any]]] = {k: [] for k in by_key}
-    finished_keys: list[str] = []
-    elapsed_before = 0.0
-    li = 0
-    b: _Batch | None = None
-    finished_payloads: dict[str, dict[str, Any]] = {}
-    resumed = False
-    st = _load_checkpoint(ck, fingerprint, run_fps, desc) if ck is not None and ck.exists() else None
-    if st is not None:
-        b = _Batch.from_state(st["batch"], dev)
-        histories = st["histories"]
-        li = st["log_index"]
-        elapsed_before = st["elapsed"]
-        finished_payloads = st["finished"]
-        run_fps = st["runs"]  # keep the original set so that later reruns still match
-        resumed = True
-        print(f"[{desc}] resumed from checkpoint {ck} at iteration {log_pts[li]:,}", file=sys.stderr)
-        for key, payload in finished_payloads.items():
-            finished_keys.append(key)
-            if key in by_key:  # finished before the kill but its files may be missing
-                yield RunResult(spec=by_key[key], **payload)
-    if b is None:
-        b = _Batch(specs, cfg, dev, dtype)
-    t0 = time.monotonic() - elapsed_before
-    last_ck = time.monotonic()
-    bar = _Progress(cfg.max_iters, desc, progress)
-
-    def finish(idx: list[int], meas_rows: list[dict[str, Any]], iters: list[int], reasons: list[str]):
-        for i, row, it, reason in zip(idx, meas_rows, iters, reasons):
-            key = b.keys[i]
-            row = dict(row)
-            row["iteration"] = it
-            hist = histories[key]
-            if hist and hist[-1]["iteration"] == it:
-                hist[-1] = row
-            else:
-                hist.append(row)
-            keep_cols = [c for c in row if not c.startswith("endrule_")]
-            history = _stack_history([{c: r[c] for c in keep_cols} for r in hist])
-            payload = dict(
-                history=history,
-                final=_final_summary(row, cfg.active_rule),
-                W=b.W[i].cpu().numpy().copy(),
-                a=b.a[i].cpu().numpy().copy(),
-                iterations=int(it),
-                stop_reason=reason,
-                wall_time_s=time.monotonic() - t0,
-                device=str(dev),
-            )
-            finished_payloads[key] = payload
-            finished_keys.append(key)
-            histories[key] = []
-
-    # record the state at the current logging point
-    t = log_pts[li]
-    if li == 0 and not resumed:  # a checkpoint at li=0 already holds this row
-        for i, row in enumerate(_to_rows(measure(b, kappa))):
-            row["iteration"] = 0
-            histories[b.keys[i]].append(row)
-    while True:
-        if resumed:  # the checkpoint was written after this logging point's decisions
-            resumed = False
-            _fresh_layout_on_cpu(b)
-            li, t = _train_chunk(b, li, log_pts, kappa, lr, target, sync_every, cfg.engine, stable)
-            continue
-        # -- decide stops at logging point t (same order as the reference trainer) -----------
-        R = len(b.keys)
-        meas = measure(b, kappa)  # the end-rule groups are measured below, for finishing runs only
-        rows = _to_rows(meas)
-        loss = meas["loss"]
-        stop_it = b.stop_iter.cpu().tolist()
-        done_idx, done_rows, done_its, done_reasons = [], [], [], []
-        same = (b.W == b.W_prev).flatten(1).all(1).cpu().tolist() if t > 0 else [False] * R
-        below = (loss < target).cpu().tolist()
-        for i in range(R):
-            if stop_it[i] >= 0:
-                reason, it = "loss_target", stop_it[i]
-            elif below[i]:
-                reason, it = "loss_target", t
-                if conv.final_step and t < cfg.max_iters:  # the pre-step row, as the reference logs it
-                    _append_row(histories[b.keys[i]], rows[i], t)
-            elif same[i]:
-                reason, it = "frozen", t
-            elif t >= cfg.max_iters:
-                reason, it = "max_iters", t
-            else:
-                if t > 0:
-                    _append_row(histories[b.keys[i]], rows[i], t)
-                continue
-            done_idx.append(i)
-            done_rows.append(rows[i])
-            done_its.append(it)
-            done_reasons.append(reason)
-        if done_idx:
-            ix = torch.tensor(done_idx, dtype=torch.long, device=b.W.device)
-            if conv.final_step:  # the authors' loop: the stopping iteration's step is taken and counted
-                last = [j for j, (it, reason) in enumerate(zip(done_its, done_reasons))
-                        if reason == "loss_target" and it < cfg.max_iters]
-                if last:
-                    sub = ix[last]
-                    b.W[sub], b.a[sub] = final_step(b.W[sub], b.a[sub], b.X[sub], b.y[sub], kappa, lr)
-                    new_rows = _to_rows(measure(b.take(sub), kappa))
-                    for j, row in zip(last, new_rows):
-                        done_rows[j] = row
-                        done_its[j] += 1
-            end_rows = _to_rows(end_rule_stats(b.W[ix], b.a[ix], b.X[ix]))
-            done_rows = [{**row, **extra} for row, extra in zip(done_rows, end_rows)]
-            finish(done_idx, done_rows, done_its, done_reasons)
-            for key in [b.keys[i] for i in done_idx]:
-                if key in by_key:  # else: resumed along with a checkpoint, already written
-                    yield RunResult(spec=by_key[key], **finished_payloads[key])
-            keep = torch.tensor([i for i in range(R) if i not in set(done_idx)], dtype=torch.long, device=b.W.device)
-            b.keep(keep)
-        bar.update(t, len(b.keys), len(finished_keys))
-        if not b.keys:
-            break
-        b.W_prev = b.W.clone()
-        # -- checkpoint (also on SIGTERM, then stop) ----------------------------------------
-        signum = stop_requested()
-        if ck is not None and (signum is not None or time.monotonic() - last_ck >= cfg.checkpoint_every_s):
-            _write_checkpoint(ck, fingerprint, run_fps, b, histories, li, time.monotonic() - t0, finished_payloads)
-            last_ck = time.monotonic()
-        if signum is not None:
-            bar.close()
-            print(f"[{desc}] signal {signum} received: checkpoint written at iteration {t:,} to {ck}; "
-                  "rerun the same command to resume", file=sys.stderr, flush=True)
-            raise TrainingInterrupted(128 + signum)
-        _fresh_layout_on_cpu(b)
-        li, t = _train_chunk(b, li, log_pts, kappa, lr, target, sync_every, cfg.engine, stable)
-    bar.close()
-    if ck is not None and ck.exists():
-        ck.unlink()
-
-
-def _train_chunk(b: _Batch, li: int, log_pts: list[int], kappa: float, lr: float, target: float,
-                 sync_every: int, engine: str = "reference", stable: bool = False) -> tuple[int, int]:
-    """Step from logging point ``li`` to the next one; returns the new (index, iteration)."""
-    t, t_next = log_pts[li], log_pts[li + 1]
-    if engine == "fast":
-        from .fast import train_chunk
-
-        train_chunk(b, t_next - t, t, kappa, lr, target, sync_every, stable)
-        return li + 1, t_next
-    while t < t_next:
-        gd_step(b, t, kappa, lr, target)
-        t += 1
-        if t % sync_every == 0 and not bool(b.running.any()):
-            break
-    return li + 1, t_next
-
-
-def _write_checkpoint(ck: Path, fingerprint: str, run_fps: dict[str, str], b: _Batch, histories, li: int,
-                      elapsed: float, finished) -> None:
-    """Save the batch at logging point ``li`` (after its stop decisions) atomically: temp file,
-    fsync, rename, so a kill at any moment leaves either the previous or the new checkpoint."""
-    state = {"format": CHECKPOINT_FORMAT, "fingerprint": fingerprint, "runs": run_fps, "batch": b.state(),
-             "histories": histories, "log_index": li, "elapsed": elapsed, "finished": finished}
+def _write_checkpoint(ck: Path, state: dict[str, Any]) -> None:
+    """Save the batch at a logging point (after its stop decisions) atomically: temp file, fsync,
+    rename, so a kill at any moment leaves either the previous or the new checkpoint."""
     with _atomic_path(ck, ".pkl") as tmp:
         with open(tmp, "wb") as fh:
             pickle.dump(state, fh, protocol=pickle.HIGHEST_PROTOCOL)
@@ -626,9 +290,180 @@ def _write_checkpoint(ck: Path, fingerprint: str, run_fps: dict[str, str], b: _B
             os.fsync(fh.fileno())
 
 
+class _Job:
+    """The runs of one batch group from their initialisation (or a checkpoint) to their stops:
+    the driving loop around a stepper (steppers/base.py) — logging points, measurements, stop
+    decisions, the authors' final step, checkpoints."""
+
+    def __init__(self, specs: list[RunSpec], cfg: TrainConfig, ck: Path | None, progress: bool, desc: str):
+        self.cfg, self.ck, self.desc = cfg, ck, desc
+        self.dev = resolve_device(cfg.device)
+        self.conv = cfg.convention
+        self.by_key = {s.key: s for s in specs}
+        self.log_pts = [int(x) for x in log_iterations(cfg.max_iters, cfg.n_log)]
+        self.fingerprint = cfg.fingerprint()
+        self.run_fps = _spec_fingerprints(specs)
+        grouped = cfg.stable_phase == "on" or (cfg.stable_phase == "auto" and self.dev.type == "cpu")
+        check_every = cfg.sync_every or (1 if self.dev.type == "cpu" else 64)
+        self.stepper: Stepper = make_stepper(cfg.engine, StepRule.of(self.conv), self.dev.type, grouped, check_every)
+        self.histories: dict[str, list[dict[str, Any]]] = {k: [] for k in self.by_key}
+        self.finished: dict[str, dict[str, Any]] = {}
+        self.li = 0
+        self.elapsed_before = 0.0
+        self.b: Batch | None = None
+        self.resumed = False
+        self.specs = specs
+        self.bar = _Progress(cfg.max_iters, desc, progress)
+
+    # -- start and checkpoints --------------------------------------------------------------
+    def resume(self) -> list[RunResult]:
+        """Load a matching checkpoint, if any; the runs it had finished (files may be missing)."""
+        if self.ck is None or not self.ck.exists():
+            return []
+        st = _load_checkpoint(self.ck, self.fingerprint, self.run_fps, self.desc)
+        if st is None:
+            return []
+        self.b = Batch.from_state(st["batch"], self.dev)
+        self.histories, self.li, self.elapsed_before = st["histories"], st["log_index"], st["elapsed"]
+        self.finished = st["finished"]
+        self.run_fps = st["runs"]  # keep the original set so that later reruns still match
+        self.resumed = True
+        print(f"[{self.desc}] resumed from checkpoint {self.ck} at iteration {self.log_pts[self.li]:,}",
+              file=sys.stderr)
+        return [RunResult(spec=self.by_key[k], **p) for k, p in self.finished.items() if k in self.by_key]
+
+    def checkpoint(self) -> None:
+        b = self.b
+        assert b is not None and self.ck is not None
+        _write_checkpoint(self.ck, {
+            "format": CHECKPOINT_FORMAT, "fingerprint": self.fingerprint, "runs": self.run_fps, "batch": b.state(),
+            "histories": self.histories, "log_index": self.li, "elapsed": time.monotonic() - self.t0,
+            "finished": self.finished})
+
+    # -- one logging point ----------------------------------------------------------------
+    def _reasons(self, rows: list[dict[str, Any]], t: int) -> list[tuple[int, int, str]]:
+        """(run position, final iteration, stop reason) of the runs that end at logging point t
+        (same order of tests as the reference trainer); the others' rows go to their histories."""
+        b, cfg, conv = self.b, self.cfg, self.conv
+        stop_it = b.stop_iter.cpu().tolist()
+        same = (b.W == b.W_prev).flatten(1).all(1).cpu().tolist() if t > 0 else [False] * b.n_runs
+        below = [float(r["loss"]) < conv.target for r in rows]
+        done = []
+        for i in range(b.n_runs):
+            if stop_it[i] >= 0:
+                done.append((i, stop_it[i], "loss_target"))
+            elif below[i]:
+                if conv.final_step and t < cfg.max_iters:  # the pre-step row, as the reference logs it
+                    append_row(self.histories[b.keys[i]], rows[i], t)
+                done.append((i, t, "loss_target"))
+            elif same[i]:
+                done.append((i, t, "frozen"))
+            elif t >= cfg.max_iters:
+                done.append((i, t, "max_iters"))
+            elif t > 0:
+                append_row(self.histories[b.keys[i]], rows[i], t)
+        return done
+
+    def _finish(self, done: list[tuple[int, int, str]], rows: list[dict[str, Any]]) -> list[RunResult]:
+        """Final rows (after the authors' final step where it applies), payloads, results."""
+        b, cfg, conv = self.b, self.cfg, self.conv
+        ix = torch.tensor([i for i, _, _ in done], dtype=torch.long, device=b.W.device)
+        final_rows = [rows[i] for i, _, _ in done]
+        iters = [it for _, it, _ in done]
+        if conv.final_step:  # the authors' loop: the stopping iteration's step is taken and counted
+            last = [j for j, (_, it, reason) in enumerate(done) if reason == "loss_target" and it < cfg.max_iters]
+            if last:
+                sub = ix[last]
+                b.W[sub], b.a[sub] = final_step(b.W[sub], b.a[sub], b.X[b.trial[sub]], b.y[b.trial[sub]],
+                                                conv.kappa, conv.lr)
+                for j, row in zip(last, to_rows(measure(b.take(sub), conv.kappa))):
+                    final_rows[j] = row
+                    iters[j] += 1
+        end_rows = to_rows(end_rule_stats(b.take(ix)))
+        out = []
+        for (i, _, reason), row, extra, it in zip(done, final_rows, end_rows, iters):
+            key = b.keys[i]
+            row = {**row, **extra, "iteration": it}
+            hist = self.histories[key]
+            if hist and hist[-1]["iteration"] == it:
+                hist[-1] = row
+            else:
+                hist.append(row)
+            keep_cols = [c for c in row if not c.startswith("endrule_")]
+            self.finished[key] = dict(
+                history=stack_history([{c: r[c] for c in keep_cols} for r in hist]),
+                final=final_summary(row, cfg.active_rule), W=b.W[i].cpu().numpy().copy(),
+                a=b.a[i].cpu().numpy().copy(), iterations=int(it), stop_reason=reason,
+                wall_time_s=time.monotonic() - self.t0, device=str(self.dev))
+            self.histories[key] = []
+            if key in self.by_key:  # else: resumed along with a checkpoint, already written
+                out.append(RunResult(spec=self.by_key[key], **self.finished[key]))
+        keep = sorted(set(range(b.n_runs)) - set(ix.tolist()))
+        b.keep(torch.tensor(keep, dtype=torch.long, device=b.W.device))
+        return out
+
+    def decide(self, t: int) -> list[RunResult]:
+        """Measure at logging point t, end the runs that stop there, record the others."""
+        rows = to_rows(measure(self.b, self.conv.kappa))  # end-rule groups: for finishing runs only
+        done = self._reasons(rows, t)
+        return self._finish(done, rows) if done else []
+
+    def advance(self) -> None:
+        """Step from logging point li to the next one (on the CPU from a layout made afresh from
+        the state there, as a job resumed from a checkpoint at that point does: resumed runs are
+        then bit-identical on the CPU; on CUDA the dense layout and its CUDA graphs are kept)."""
+        b = self.b
+        if b.W.device.type == "cpu":
+            b.__dict__.pop("_dense", None)
+        t, t_next = self.log_pts[self.li], self.log_pts[self.li + 1]
+        self.stepper.advance(b, t, t_next - t)
+        self.li += 1
+
+    # -- the loop -------------------------------------------------------------------------
+    def run(self, stop_requested: Callable[[], int | None]):
+        yield from self.resume()
+        if self.b is None:
+            self.b = Batch.from_specs(self.specs, self.dev, getattr(torch, self.cfg.dtype))
+        self.t0 = time.monotonic() - self.elapsed_before
+        last_ck = time.monotonic()
+        if self.li == 0 and not self.resumed:  # a checkpoint at li = 0 already holds this row
+            for key, row in zip(self.b.keys, to_rows(measure(self.b, self.conv.kappa))):
+                append_row(self.histories[key], row, 0)
+        while True:
+            if self.resumed:  # the checkpoint was written after this logging point's decisions
+                self.resumed = False
+                self.advance()
+                continue
+            t = self.log_pts[self.li]
+            yield from self.decide(t)
+            self.bar.update(t, self.b.n_runs, len(self.finished))
+            if not self.b.keys:
+                break
+            self.b.W_prev = self.b.W.clone()
+            signum = stop_requested()
+            if self.ck is not None and (signum is not None
+                                        or time.monotonic() - last_ck >= self.cfg.checkpoint_every_s):
+                self.checkpoint()
+                last_ck = time.monotonic()
+            if signum is not None:
+                self.bar.close()
+                print(f"[{self.desc}] signal {signum} received: checkpoint written at iteration {t:,} to {self.ck}; "
+                      "rerun the same command to resume", file=sys.stderr, flush=True)
+                raise TrainingInterrupted(128 + signum)
+            self.advance()
+        self.bar.close()
+        if self.ck is not None and self.ck.exists():
+            self.ck.unlink()
+
+
+def _train_group(specs: list[RunSpec], cfg: TrainConfig, ck: Path | None, progress: bool, desc: str,
+                 stop_requested: Callable[[], int | None] = lambda: None):
+    yield from _Job(specs, cfg, ck, progress, desc).run(stop_requested)
+
+
 def lambda_from_exp(exp: int, base: float = 4.0) -> float:
     return float(base) ** int(exp)
 
 
-__all__ = ["TrainConfig", "RunSpec", "RunResult", "TrainingInterrupted",
-           "train", "resolve_device", "lambda_from_exp", "measure", "gd_step"]
+__all__ = ["TrainConfig", "RunSpec", "RunResult", "TrainingInterrupted", "train", "resolve_device",
+           "lambda_from_exp", "final_step"]

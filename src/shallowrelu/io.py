@@ -142,7 +142,7 @@ _PROVENANCE_CACHE: dict[str, Any] = {}
 
 
 def _cpu_kernels() -> str:
-    """Which CPU step the fast path uses (kernels.py): 'numba' or 'torch'."""
+    """Which CPU step the fast steppers use (kernels.py): 'numba' or 'torch'."""
     from .kernels import use_numba
 
     try:

@@ -1,4 +1,4 @@
-"""Compiled CPU loops (numba) for the fast path's step (issue 6).
+"""Compiled CPU loops (numba) for the dense and the grouped steppers (steppers/).
 
 On the CPU the step of a batch is a few dozen small tensor operations per iteration, and their
 per-call and per-pass costs, not the arithmetic, set the speed. With these kernels a step is
@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+import torch
 
 try:  # optional at import: the torch step is the fallback
     import numba
@@ -131,40 +132,6 @@ def _exact_mid(t, kappa, lr, target, preT, ax, ncols, col_slot, y0, hrow, runnin
     return training
 
 
-@_njit(fast=True)
-def _row_u(u, WT_k, ag_k, m):  # pragma: no cover - compiled
-    """u[p] = Σ_{j<m} a_j·w_jp over a row's columns (WT_k (d, C))."""
-    for p in range(u.shape[0]):
-        acc = 0.0
-        for j in range(m):
-            acc += ag_k[j] * WT_k[p, j]
-        u[p] = acc
-
-
-@_njit(fast=True)
-def _add_row_h(hrow_q, Srow_k, XT_s, u, tmp):  # pragma: no cover - compiled
-    """hrow_q[i] += s_ki x_i·u (vectorised over the points i)."""
-    d, n = XT_s.shape
-    tmp[:n] = 0.0
-    for p in range(d):
-        up = u[p]
-        for i in range(n):
-            tmp[i] += XT_s[p, i] * up
-    for i in range(n):
-        if Srow_k[i]:
-            hrow_q[i] += tmp[i]
-
-
-@_njit
-def _rows_h(WT, ag, cnt, row_slot, Srow, XgT, Q, hrow, u, tmp):  # pragma: no cover - compiled
-    """hrow (SQ, n) ← the rows' share of h: Σ_k s_ki x_i·u_k, u_k = Σ_j a_j w_j."""
-    hrow[:, :] = 0.0
-    for k in range(WT.shape[0]):
-        q = row_slot[k]
-        _row_u(u, WT[k], ag[k], cnt[k])
-        _add_row_h(hrow[q], Srow[k], XgT[q // Q], u, tmp)
-
-
 @_njit
 def _exact_w(lr, Wx, scale, B, ncols):  # pragma: no cover - compiled
     """Exact neurons: w ← w − (B·scale)·lr, scale = (c·a_j)·go (torch step's order)."""
@@ -177,59 +144,141 @@ def _exact_w(lr, Wx, scale, B, ncols):  # pragma: no cover - compiled
 
 
 @_njit(fast=True)
-def _rows_step(kappa, lr, running, r, Xg, XgT, Q, WT, ag, cnt, row_slot, Srow, hrow, gsum, g, u, ga, sc,
-               tmp):  # pragma: no cover - compiled
-    """Step 4's group rows: the update with residual r, then their share of h at t + 1."""
-    d = WT.shape[1]
-    coef = lr * kappa / Xg.shape[1]
-    hrow[:, :] = 0.0
-    for k in range(WT.shape[0]):
-        q = row_slot[k]
-        s = q // Q
-        m = cnt[k]
+def _group_dir(g, r_q, Xs, pts, lo, hi):  # pragma: no cover - compiled
+    """g = Σ_{i ∈ P} r_i x_i over the group's points P = pts[lo:hi] (its activation pattern)."""
+    d = g.shape[0]
+    for p in range(d):
+        g[p] = 0.0
+    for ii in range(lo, hi):
+        i = pts[ii]
+        ri = r_q[i]
         for p in range(d):
-            g[p] = 0.0
-        for i in range(Xg.shape[1]):
-            if Srow[k, i]:
-                ri = r[q, i]
-                for p in range(d):
-                    g[p] += ri * Xg[s, i, p]
+            g[p] += ri * Xs[i, p]
+
+
+@_njit(fast=True)
+def _group_update(coef, running, g, Wg, ag, u, lo, hi):  # pragma: no cover - compiled
+    """Members lo..hi of one group: a_j ← a_j + coef·(w_j·g), w_j ← w_j + (coef·a_j)·g with the old
+    w_j and a_j (stable.GroupSet.update's arithmetic), then u = Σ_j a_j w_j, one pass per member."""
+    d = g.shape[0]
+    for p in range(d):
+        u[p] = 0.0
+    for j in range(lo, hi):
+        w = Wg[j]
+        aj = ag[j]
+        if running:
+            acc = 0.0
+            for p in range(d):
+                acc += w[p] * g[p]
+            sc = aj * coef
+            aj = aj + acc * coef
+            ag[j] = aj
+            for p in range(d):
+                w[p] = w[p] + g[p] * sc
+        for p in range(d):
+            u[p] += aj * w[p]
+
+
+@_njit(fast=True)
+def _group_h(h_q, Xs, pts, lo, hi, u):  # pragma: no cover - compiled
+    """h_q[i] += x_i·u for the group's points i."""
+    d = u.shape[0]
+    for ii in range(lo, hi):
+        i = pts[ii]
         acc = 0.0
         for p in range(d):
-            acc += g[p] * g[p]
-        gsum[k, 0] += np.sqrt(acc)
-        if running[q]:
-            for j in range(m):  # ga[j] = w_j·g (the old w_j), along the columns
-                ga[j] = 0.0
-            for p in range(d):
-                gp = g[p]
-                for j in range(m):
-                    ga[j] += gp * WT[k, p, j]
-            for j in range(m):
-                aj = ag[k, j]
-                sc[j] = aj * coef
-                ag[k, j] = aj + ga[j] * coef
-            for p in range(d):  # the rank-1 update and u_k = Σ_j a_j w_j in one pass
-                gp = g[p]
-                acc = 0.0
-                for j in range(m):
-                    w = WT[k, p, j] + gp * sc[j]
-                    WT[k, p, j] = w
-                    acc += ag[k, j] * w
-                u[p] = acc
+            acc += Xs[i, p] * u[p]
+        h_q[i] += acc
+
+
+@_njit
+def _groups_step(coef, running, r, Xg, Q, Wg, ag, mem, pts_ptr, pts, slot, dpos, Gbuf, Ubuf, hrow, gsum, g,
+                 u, update):  # pragma: no cover - compiled
+    """Every group with residual r (SQ, n): its direction g_k (sparse groups here; dense groups,
+    dpos[k] ≥ 0, from Gbuf, a matrix product done before), ‖g_k‖ added to the certification sum,
+    its members' update (``update``; else u_k only, at the current state), and its share of h at
+    the new state (sparse groups into hrow here; dense groups' u_k to Ubuf for a matrix product)."""
+    hrow[:, :] = 0.0
+    for k in range(slot.shape[0]):
+        q = slot[k]
+        Xs = Xg[q // Q]
+        dk = dpos[k]
+        if update:
+            if dk >= 0:
+                g[:] = Gbuf[dk]
+            else:
+                _group_dir(g, r[q], Xs, pts, pts_ptr[k], pts_ptr[k + 1])
+            acc = 0.0
+            for p in range(g.shape[0]):
+                acc += g[p] * g[p]
+            gsum[k] += np.sqrt(acc)
+        _group_update(coef, update and running[q], g, Wg, ag, u, mem[k], mem[k + 1])
+        if dk >= 0:
+            Ubuf[dk] = u
         else:
-            _row_u(u, WT[k], ag[k], m)
-        _add_row_h(hrow[q], Srow[k], XgT[s], u, tmp)
+            _group_h(hrow[q], Xs, pts, pts_ptr[k], pts_ptr[k + 1], u)
+
+
+@_njit
+def _dense_masked_r(r, slot, dpos, pts_ptr, pts, Vbuf):  # pragma: no cover - compiled
+    """Vbuf[dpos[k]] = s_k ∘ r_q for the dense groups (their points' residuals, 0 elsewhere)."""
+    for k in range(slot.shape[0]):
+        dk = dpos[k]
+        if dk >= 0:
+            Vbuf[dk, :] = 0.0
+            q = slot[k]
+            for ii in range(pts_ptr[k], pts_ptr[k + 1]):
+                i = pts[ii]
+                Vbuf[dk, i] = r[q, i]
+
+
+@_njit
+def _dense_h_add(hrow, slot, dpos, pts_ptr, pts, Hbuf):  # pragma: no cover - compiled
+    """hrow[q, i] += (x_i·u_k) for the dense groups' points i (Hbuf[dpos[k]] = X u_k)."""
+    for k in range(slot.shape[0]):
+        dk = dpos[k]
+        if dk >= 0:
+            q = slot[k]
+            for ii in range(pts_ptr[k], pts_ptr[k + 1]):
+                i = pts[ii]
+                hrow[q, i] += Hbuf[dk, i]
+
+
+@_njit
+def _groups_only_steps(count, t0, kappa, lr, target, early_exit, y0, hrow, r, running, stop, Xg, Q, Wg, ag, mem,
+                       pts_ptr, pts, slot, dpos, Gb, Ub, gsum, g, u):  # pragma: no cover - compiled
+    """``count`` whole steps of a layout whose live neurons are all in sparse groups (no exact
+    neuron, no dense group): r = y − h, the objective and the stop test at t, the groups' step —
+    all in one call. Returns the steps done."""
+    SQ, n = y0.shape
+    coef = lr * kappa / n
+    for step in range(count):
+        training = 0
+        for q in range(SQ):
+            acc = 0.0
+            for i in range(n):
+                ri = y0[q, i] - hrow[q, i]
+                r[q, i] = ri
+                acc += ri * ri
+            if running[q] and acc * kappa / (2 * n) < target:  # the stop test at t: no update at t
+                stop[q] = t0 + step
+                running[q] = False
+            training += running[q]
+        if early_exit and not training:
+            return step
+        _groups_step(coef, running, r, Xg, Q, Wg, ag, mem, pts_ptr, pts, slot, dpos, Gb, Ub, hrow, gsum, g, u, True)
+    return count
 
 
 class StepKernel:
-    """The step of the module docstring on a stepper's state — a fast.FastStepper ``fs``
-    and, in the stable phase, the stable.GroupRows ``rows`` with the targets ``y0`` — through
-    numpy views of the same tensors; :meth:`steps` advances them in place."""
+    """The step of the module docstring on a stepper's state — a dense layout ``fs``
+    (steppers.dense.FastStepper) and, in the grouped stepper, its pattern groups ``groups``
+    (steppers.grouped.GroupSet) with the targets ``y0`` — through numpy views of the same
+    tensors; :meth:`steps` advances them in place. Groups with ``dpos ≥ 0`` ("dense": many
+    points) get their direction g_k = Xᵀ(s_k∘r) and X u_k from one matrix product per dataset
+    and step (X is read once for all of them, not once per group)."""
 
-    def __init__(self, fs: Any, rows: Any = None, y0: Any = None):
-        import torch
-
+    def __init__(self, fs: Any, groups: Any = None, y0: Any = None):
         v = lambda t: t.detach().numpy()  # noqa: E731 - shares memory with the torch tensors
         self.fs = fs
         S, C, d = fs.W.shape
@@ -242,27 +291,53 @@ class StepKernel:
         fs.msk.zero_()  # the padding columns' masked residuals stay 0 (only real columns are written)
         self.np = {k: v(getattr(fs, k)) for k in ("W", "a", "col_slot", "Xg", "XgT", "running", "stop", "preT",
                                                    "msk", "B")}
-        if rows is None:
-            WT, ag, cnt = np.zeros((0, d, 1)), np.zeros((0, 1)), np.zeros(0, dtype=np.int64)
-            row_slot, Srow, gsum = np.zeros(0, dtype=np.int64), np.zeros((0, n), dtype=np.uint8), np.zeros((0, 1))
-        else:
-            WT, ag, gsum = v(rows.WT), v(rows.a), v(rows.gsum)
-            cnt = rows.colmask.sum(1).numpy().astype(np.int64)
-            row_slot, Srow = v(rows.row_run), (rows.S_row > 0).numpy().astype(np.uint8)
-        self.rows = (WT, ag, cnt, row_slot, Srow)
+        if groups is None:
+            from types import SimpleNamespace
+
+            e = torch.zeros(0, dtype=torch.long)
+            groups = SimpleNamespace(W=torch.zeros(0, d), a=torch.zeros(0), mem=torch.zeros(1, dtype=torch.long),
+                                     pts_ptr=torch.zeros(1, dtype=torch.long), pts=e, slot=e, dpos=e,
+                                     gsum=torch.zeros(0), Gd=0)
+        self.gr = groups
+        self.groups = tuple(v(t) for t in (groups.W, groups.a, groups.mem, groups.pts_ptr, groups.pts, groups.slot,
+                                           groups.dpos))
+        self.gsum = v(groups.gsum)
+        self.Gd = Gd = int(groups.Gd)  # dense groups per dataset (padded)
+        self.V = torch.zeros(S, Gd, n, dtype=fs.W.dtype)
+        self.Gm, self.U = torch.zeros(S, Gd, d, dtype=fs.W.dtype), torch.zeros(S, Gd, d, dtype=fs.W.dtype)
+        self.H = torch.zeros(S, Gd, n, dtype=fs.W.dtype)
+        self.bufs = tuple(v(t).reshape(S * Gd, t.shape[-1]) for t in (self.V, self.Gm, self.U, self.H))
         self.hrow = np.zeros((SQ, n))
-        self.gsum = gsum
-        Cr = WT.shape[2]
-        self.g, self.u, self.ga, self.sc, self.tmp = np.empty(d), np.empty(d), np.empty(Cr), np.empty(Cr), np.empty(n)
+        self.g, self.u = np.empty(d), np.empty(d)
+        self.coef = fs.lr * fs.kappa / n
         self._bmm = torch.bmm
+
+    def _groups(self, update: bool) -> None:
+        """The groups' step (``update``) or only their share of h at the current state."""
+        a = self.np
+        Wg, ag, mem, pts_ptr, pts, slot, dpos = self.groups
+        Vb, Gb, Ub, Hb = self.bufs
+        if update and self.Gd:
+            _dense_masked_r(self.r, slot, dpos, pts_ptr, pts, Vb)
+            self._bmm(self.V, self.fs.Xg, out=self.Gm)
+        _groups_step(self.coef, a["running"], self.r, a["Xg"], int(self.fs.Q), Wg, ag, mem, pts_ptr, pts, slot,
+                     dpos, Gb, Ub, self.hrow, self.gsum, self.g, self.u, update)
+        if self.Gd:
+            self._bmm(self.U, self.fs.XgT, out=self.H)
+            _dense_h_add(self.hrow, slot, dpos, pts_ptr, pts, Hb)
 
     def steps(self, count: int, t0: int, kappa: float, lr: float, target: float, early_exit: bool = True) -> int:
         """``count`` steps from iteration t0 with the stop test at every step; returns the steps
         done (with ``early_exit``, fewer once no run is training: the rest would change nothing)."""
         fs, a = self.fs, self.np
-        WT, ag, cnt, row_slot, Srow = self.rows
-        Q = int(fs.Q)
-        _rows_h(WT, ag, cnt, row_slot, Srow, a["XgT"], Q, self.hrow, self.u, self.tmp)
+        has_groups = self.groups[5].shape[0] > 0
+        if has_groups:
+            self._groups(update=False)
+        if has_groups and fs.total_live == 0 and self.Gd == 0:  # groups only: one compiled call
+            Wg, ag, mem, pts_ptr, pts, slot, dpos = self.groups
+            return _groups_only_steps(count, t0, kappa, lr, target, early_exit, self.y0, self.hrow, self.r,
+                                      a["running"], a["stop"], a["Xg"], int(fs.Q), Wg, ag, mem, pts_ptr, pts, slot,
+                                      dpos, self.bufs[1], self.bufs[2], self.gsum, self.g, self.u)
         training = int(a["running"].sum())
         for step in range(count):
             if early_exit and not training:
@@ -272,7 +347,6 @@ class StepKernel:
                                   self.y0, self.hrow, a["running"], a["stop"], self.hx, self.r, a["msk"], self.scale)
             self._bmm(fs.msk, fs.Xg, out=fs.B)
             _exact_w(lr, a["W"], self.scale, a["B"], self.ncols)
-            if WT.shape[0]:
-                _rows_step(kappa, lr, a["running"], self.r, a["Xg"], a["XgT"], Q, WT, ag, cnt, row_slot, Srow,
-                           self.hrow, self.gsum, self.g, self.u, self.ga, self.sc, self.tmp)
+            if has_groups:
+                self._groups(update=True)
         return count

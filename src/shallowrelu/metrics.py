@@ -85,8 +85,25 @@ def pairwise_angle_stats(W: torch.Tensor, mask: torch.Tensor) -> dict[str, torch
 
 
 def nuclear_norm(W: torch.Tensor) -> torch.Tensor:
-    """Σ of singular values of each W (R, m, d)."""
-    return torch.linalg.svdvals(W).sum(-1)
+    """Σ of singular values of each W (R, m, d), on the host in float64.
+
+    The singular values of W are those of the triangular factor R of a QR decomposition of
+    Wᵀ (m ≤ d) or of W (m > d), a min(m, d)-square matrix, so the SVD runs on that (backward
+    stable: errors ~u·σ_max per singular value, unlike the ~√u·σ_max of the Gram matrix's
+    eigenvalues). On the CPU this is ~2.5× faster than the SVD of W at m = 200, d = 1024; CUDA
+    tensors are copied to the host (cuSOLVER's batched SVD of such shapes is slow). Runs with a
+    non-finite weight get NaN.
+    """
+    Wh = W.detach().to("cpu", torch.float64)
+    out = torch.full(Wh.shape[:1], float("nan"), dtype=torch.float64)
+    ok = torch.isfinite(Wh).flatten(1).all(1)
+    if bool(ok.any()):
+        A = Wh[ok]
+        if A.shape[1] <= A.shape[2]:
+            A = A.transpose(1, 2)
+        R = torch.linalg.qr(A, mode="r")[1] if A.shape[1] > A.shape[2] else A
+        out[ok] = torch.linalg.svdvals(R).sum(-1)
+    return out.to(device=W.device, dtype=W.dtype)
 
 
 def init_groups(z: torch.Tensor, s: torch.Tensor, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,7 +112,16 @@ def init_groups(z: torch.Tensor, s: torch.Tensor, X: torch.Tensor) -> tuple[torc
     return live & (s > 0), live & (s < 0)
 
 
-def end_groups(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """J+ and J− re-evaluated on the current weights: sign of a_j and some w_j · x_i > 0."""
-    live = (torch.bmm(W, X.transpose(1, 2)) > 0).any(-1)
+def end_groups(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor,
+               trial: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """J+ and J− re-evaluated on the current weights: sign of a_j and some w_j · x_i > 0.
+
+    X is (R, n, d) per run, or (T, n, d) per trial with ``trial`` (R,) the trial of each run."""
+    if trial is None:
+        live = (torch.bmm(W, X.transpose(1, 2)) > 0).any(-1)
+    else:
+        live = torch.zeros(W.shape[:2], dtype=torch.bool, device=W.device)
+        for t in torch.unique(trial).tolist():
+            idx = torch.nonzero(trial == t).flatten()
+            live[idx] = (torch.matmul(W[idx], X[t].T) > 0).any(-1)
     return live & (a > 0), live & (a < 0)

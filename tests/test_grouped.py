@@ -1,4 +1,4 @@
-"""The stable-activation-pattern phase (stable.py) against the single-run oracle
+"""The grouped stepper (steppers/grouped.py) against the single-run oracle
 (model.reference_train): identical stop iterations and reasons, final parameters within 1e-10
 relative, including runs whose patterns change inside a chunk (ejections), runs that stop at the
 loss target inside a chunk, and runs that hit the cap; plus the certification itself.
@@ -10,8 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from shallowrelu import kernels, stable
+from shallowrelu import kernels
 from shallowrelu.bench import light_batch
+from shallowrelu.steppers import grouped
+from shallowrelu.steppers.base import StepRule
+from shallowrelu.steppers.dense import FastStepper
 from shallowrelu.datasets import make_trial
 from shallowrelu.engine import RunSpec, TrainConfig, train
 from shallowrelu.model import get_convention, reference_train
@@ -30,14 +33,14 @@ def kernel(request, monkeypatch):
 
 @pytest.fixture(autouse=True)
 def _small_sizes_too(monkeypatch):
-    """The tests' small d would otherwise stay on the general path (STABLE_MIN_POINTS_X_DIM)."""
-    monkeypatch.setattr(stable, "STABLE_MIN_POINTS_X_DIM", 0)
+    """The tests' small d would otherwise stay on the dense path (MIN_POINTS_X_DIM)."""
+    monkeypatch.setattr(grouped, "MIN_POINTS_X_DIM", 0)
 
 
 @pytest.fixture
 def counters(monkeypatch):
     c: dict[str, int] = {}
-    monkeypatch.setattr(stable, "COUNTERS", c)
+    monkeypatch.setattr(grouped, "COUNTERS", c)
     return c
 
 
@@ -56,9 +59,9 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_stable_phase_matches_reference_across_regimes(counters, device):
-    """Lazy to rich λ on both schemes, cap 6000: loss-target stops and capped runs, with group
-    rows in the long chunks."""
+def test_grouped_matches_reference_across_regimes(counters, device):
+    """Lazy to rich λ on both schemes, cap 6000: loss-target stops and capped runs, with groups in
+    the long chunks (and margins refreshed there)."""
     trials = [make_trial("centred", 8, 40, 3), make_trial("uncentred", 8, 40, 4)]
     specs = [RunSpec(tr, 4.0**e, f"{tr.scheme}{e}") for tr in trials for e in [2, 0, -3, -8]]
     cfg = TrainConfig(max_iters=6000, n_log=12, device=device, stable_phase="on")
@@ -66,19 +69,16 @@ def test_stable_phase_matches_reference_across_regimes(counters, device):
     for spec, res in zip(specs, train(specs, cfg, progress=False)):
         reasons.add(_check(res, spec, 6000, 12).stop_reason)
     assert reasons == {"loss_target", "max_iters"}
-    assert counters["group_neurons"] > 0 and counters["exact_neurons"] > 0
+    assert counters["group_neurons"] > 0 and counters["exact_neurons"] > 0 and counters["refreshes"] > 0
 
 
-def test_stable_phase_demotes_on_pattern_change_and_stops_exactly(monkeypatch, counters):
-    """From the first iterations on (every chunk through the stable phase, groups of any size),
-    patterns change often: uncertified blocks are undone and redone with the neurons made exact;
-    runs reach a loose loss target inside blocks; iterates and stop iterations stay the
-    reference's."""
-    monkeypatch.setattr(stable, "STABLE_MIN_STEPS", 1)
-    monkeypatch.setattr(stable, "MIN_GROUP_SIZE", 1)
-    monkeypatch.setattr(stable, "MAX_GROUPS", 64)
-    monkeypatch.setattr(stable, "BLOCK_STEPS", 8)
-    monkeypatch.setattr(stable, "SAFETY", 0.0)  # no early demotion: let blocks fail
+def test_grouped_demotes_on_pattern_change_and_stops_exactly(monkeypatch, counters):
+    """From the first iterations on (every chunk through the grouped stepper), patterns change
+    often: uncertified blocks are undone and redone with the neurons made exact; runs reach a
+    loose loss target inside blocks; iterates and stop iterations stay the reference's."""
+    monkeypatch.setattr(grouped, "MIN_STEPS", 1)
+    monkeypatch.setattr(grouped, "BLOCK_STEPS", 8)
+    monkeypatch.setattr(grouped, "SAFETY", 0.0)  # no early demotion: let blocks fail
     trials = [make_trial("centred", 4, 30, 1), make_trial("uncentred", 4, 30, 2)]
     specs = [RunSpec(tr, 4.0**e, f"{tr.scheme}{e}") for tr in trials for e in [2, 0, -3, -8]]
     cfg = TrainConfig(max_iters=3000, n_log=30, device="cpu", loss_target=1e-4, stable_phase="on")
@@ -86,11 +86,11 @@ def test_stable_phase_demotes_on_pattern_change_and_stops_exactly(monkeypatch, c
     for spec, res in zip(specs, train(specs, cfg, progress=False)):
         reasons.add(_check(res, spec, 3000, 30, target=1e-4).stop_reason)
     assert "loss_target" in reasons
-    assert counters["demoted"] > 0 and counters["rebuilds"] > 0 and counters["group_neurons"] > 0
+    assert counters["demoted"] > 0 and counters["rebuilds"] > 0 and counters["refreshes"] > 1
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_stable_phase_d16_m200_rich_and_lazy(counters, device):
+def test_grouped_d16_m200_rich_and_lazy(counters, device):
     """The benchmark's shape: d = 16, m = 200, λ = 16 (lazy) and 4^-8 (rich)."""
     tr = make_trial("centred", 16, 200, 0)
     specs = [RunSpec(tr, 16.0, "lazy"), RunSpec(tr, 4.0**-8, "rich")]
@@ -104,63 +104,88 @@ def _light(tr, lam):
     return light_batch([RunSpec(tr, lam, "k")], torch.device("cpu"))
 
 
-def test_a_neuron_at_its_boundary_is_never_in_a_group(monkeypatch):
+def _piece(b, compiled=False):
+    pc = grouped._Piece(b, StepRule(2.0, 0.01, -1.0), compiled)
+    pc._build(0)
+    return pc
+
+
+def test_a_neuron_at_its_boundary_is_never_in_a_group():
     """A live neuron with a pre-activation ~0 on one point (within the rounding bound) is stepped
-    exactly; forced into a row, the exact refresh flags it."""
-    monkeypatch.setattr(stable, "MIN_GROUP_SIZE", 1)
+    exactly; forced into a group, the exact refresh flags it."""
     tr = make_trial("uncentred", 4, 6, 0)
     b = _light(tr, 1.0)
     x0, x1 = b.X[0, 0], b.X[0, 1]
     b.W[0, 0] = x1 - (x1 @ x0) / (x0 @ x0) * x0  # orthogonal to x_0, positive on x_1
     assert abs(float(b.W[0, 0] @ x0)) < 1e-15
-    rows, exact = stable.choose_groups(b.W, b.a, b.X, b.y, b.running, torch.zeros(1, 6, dtype=torch.bool), 1e-3)
-    assert bool(exact[0, 0]) and all(0 not in cols.tolist() for cols, _ in rows[0])
+    groups, exact = grouped.choose_groups(b, torch.zeros(1, 6, dtype=torch.bool), 1e-3)
+    assert bool(exact[0, 0]) and all(0 not in cols.tolist() for cols, _ in groups[0])
+    fs = FastStepper(b, StepRule(2.0, 0.01, -1.0), use_graphs=False, blocks=False, selector=False)
     forced = [[(torch.tensor([0]), (b.W[0, 0] @ b.X[0].T) > 0)]]
-    gr = stable.GroupRows(forced, b.X, 1e-3)
-    gr.load(b.W, b.a)
-    assert bool(gr.refresh()[0, 0])
+    gs = grouped.GroupSet(fs, forced, 1e-3)
+    gs.load(b.W, b.a)
+    assert bool(gs.refresh()[0])
 
 
-def test_block_bound_covers_the_movement(monkeypatch):
-    """The bound ‖z_j(t₀)‖·(exp(lr·|c|·Σ‖g_k‖) − 1) is at least each group neuron's actual
-    movement over a window (the inequality the certification rests on)."""
-    monkeypatch.setattr(stable, "SAFETY", 0.0)
-    monkeypatch.setattr(stable, "MIN_GROUP_SIZE", 1)
+def test_movement_bound_covers_the_movement(monkeypatch):
+    """The bound ‖z_j(t₀)‖·(exp(coef·Σ‖g_k‖) − 1) is at least each group neuron's actual movement
+    over many blocks (the inequality the certification rests on), with the torch and the compiled
+    step."""
+    monkeypatch.setattr(grouped, "SAFETY", 0.0)
+    for compiled in ([False, True] if kernels.use_numba() else [False]):
+        pc = _piece(_light(make_trial("centred", 8, 40, 5), 4.0**-3), compiled)
+        gs = pc.groups
+        assert gs.G > 0
+        gs.refresh()
+        before = gs.W.clone()
+        for _ in range(6):
+            pc._block(grouped.BLOCK_STEPS)
+        moved = torch.linalg.vector_norm(gs.W - before, dim=1)
+        bound = gs.movement() - gs.allow * gs.steps_since_refresh
+        assert bool((moved <= bound * (1 + 1e-9) + 1e-300).all())
+        assert float(moved.max()) > 0 and gs.steps_since_refresh == 6 * grouped.BLOCK_STEPS
+
+
+def test_uncertified_block_is_undone_and_the_neuron_demoted(monkeypatch, counters):
+    """A margin shrunk below the movement makes the block fail: it is undone (state as before),
+    the neuron becomes exact, and the run still matches the reference."""
     tr = make_trial("centred", 8, 40, 5)
-    ms = stable.MixedStepper(_light(tr, 4.0**-3), kappa=2.0, lr=0.01, target=-1.0)
-    ms._build(0)
-    assert ms.rows.G > 0
-    ms.rows.refresh()
-    before = ms.rows.WT.clone()
-    ms._block(stable.BLOCK_STEPS)
-    moved = torch.linalg.vector_norm(ms.rows.WT - before, dim=1)  # (G, C)
-    bound = ms.rows.movement_bound()
-    assert bool((moved <= bound * (1 + 1e-9) + 1e-300).all())
-    assert float(moved.max()) > 0
+    spec = RunSpec(tr, 4.0**-3, "k")
+    refresh = grouped.GroupSet.refresh
+
+    def tight(self):
+        bad = refresh(self)
+        self.margin[:1] = 0.0  # the first member can never be certified
+        return bad
+
+    monkeypatch.setattr(grouped.GroupSet, "refresh", tight)
+    monkeypatch.setattr(grouped, "SAFETY", 0.0)  # every live neuron with a margin joins a group
+    cfg = TrainConfig(max_iters=2000, n_log=5, device="cpu", stable_phase="on")
+    _check(train([spec], cfg, progress=False)[0], spec, 2000, 5)
+    assert counters["demoted"] > 0 and counters["rebuilds"] > 0 and counters["refreshes"] > 1
 
 
 def test_kernel_and_torch_step_agree_on_a_late_state(kernel):
-    """The fused kernels and the torch step advance the same mixed layout (d = 16, m = 200, five
-    λ, after 1500 steps) to the same state: W and a within 1e-12 relative, same running flags."""
+    """The compiled loops and the torch step advance the same grouped layout (d = 16, m = 200,
+    five λ, after 1500 steps) to the same state: W and a within 1e-12 relative."""
     if kernel != "numba":
         pytest.skip("compares the two kernels once")
     tr = make_trial("centred", 16, 200, 1)
     specs = [RunSpec(tr, 4.0**e, f"k{e}") for e in (2, 0, -2, -5, -8)]
     b = light_batch(specs, torch.device("cpu"))
-    conv = get_convention("authors")
-    stable.train_chunk_stable(b, 1500, 0, conv.kappa, conv.lr, -1.0, 0)
+    rule = StepRule(2.0, 0.01, -1.0)
+    grouped.GroupedStepper(rule, None, check_every=0).advance(b, 0, 1500)
     out = []
-    for choice in ("numba", "torch"):
+    for compiled in (True, False):
         bb = light_batch(specs, torch.device("cpu"))
         bb.W.copy_(b.W)
         bb.a.copy_(b.a)
-        ms = stable.MixedStepper(bb, conv.kappa, conv.lr, -1.0)
-        ms.use_kernels = choice == "numba"
-        ms._build(1500)
-        assert (ms.kernel is not None) == (choice == "numba") and ms.rows.G > 0
+        pc = grouped._Piece(bb, rule, compiled)
+        pc._build(1500)
+        assert (pc.kernel is not None) == compiled and pc.groups.G > 0
         for _ in range(4):
-            ms._block(stable.BLOCK_STEPS)
-        ms._store()
+            pc._block(grouped.BLOCK_STEPS)
+        pc._store()
         out.append(bb)
     scale = float(out[1].W.abs().max())
     assert float((out[0].W - out[1].W).abs().max()) <= 1e-12 * scale

@@ -1,5 +1,6 @@
-"""Fast stepping path for the batched engine (issue 6): the same gradient-descent iterates as
-:func:`shallowrelu.model.batched_loss_and_gradients`, with less work per step.
+"""The dense stepper (torch): every live neuron's pre-activations every step, the same
+gradient-descent iterates as :func:`shallowrelu.model.batched_loss_and_gradients` with less
+work per step.
 
 What it changes, and why the iterates stay those of the reference (SPEC §1):
 
@@ -11,16 +12,15 @@ What it changes, and why the iterates stay those of the reference (SPEC §1):
   measurement, since the engine measures the full W. Each run's live neurons come first and
   the slots up to the batch's widest run are padded with that run's own dead neurons, which
   receive exact zero updates.
-* **Runs that share a dataset share matrix products.** The λ grid of one trial uses the same X,
-  so the pre-activations of all its runs are one (Q·M × d)·(d × n) product instead of Q
-  small ones (larger, faster BLAS/cuBLAS calls).
+* **Runs that share a dataset share matrix products.** The λ grid of one trial uses the same X
+  (stored once per trial in the batch), so the pre-activations of all its runs are one
+  (Q·M × d)·(d × n) product instead of Q small ones (larger, faster BLAS/cuBLAS calls).
 * **No allocation, fewer passes.** Preallocated buffers and ``out=`` kernels, the transposed
   layout (neurons × points) that needs no transposes, and the stop mask folded into the
   per-neuron scalars instead of a pass over (runs × m × d).
 * **CUDA graphs.** On CUDA, K steps (stop checks included: they are device-side masks and a
   device iteration counter) are captured once and replayed.
-* **Compiled CPU loops.** On the CPU with numba, the step's elementwise work between its two
-  matrix products runs in compiled loops (kernels.StepKernel), strict IEEE in this step's order.
+The compiled CPU stepper (steppers/compiled.py) runs this layout's step in numba loops.
 
 Per run and neuron the arithmetic is the reference's, in the same order: pre = x·w (a dot
 product over d), r = y − h, loss = κ·Σr²/(2n), ∂a = −(κ/n)·Σ_i act·r, ∂W = ((−κ/n)·a_j)·Σ_i
@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from . import kernels
+from .base import StepRule
 
 ROUNDING_MARGIN = 4.0  # multiples of (d + 2)·u, u = 2^-53, in the dead-neuron test
 BLOCK_STEPS = 32  # steps per block without stop tests (one CUDA graph on CUDA)
@@ -48,66 +48,55 @@ CPU_PART_BYTES = 1 << 18  # CPU: (columns × n) float64 buffer of one part ...
 CPU_PART_ABOVE = 1 << 22  # ... when the whole batch's buffer is larger than this (else one part)
 
 
-def certainly_dead(W: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+def certainly_dead(W: torch.Tensor, X: torch.Tensor, trial: torch.Tensor | None = None) -> torch.Tensor:
     """(R, m) bool: neurons whose pre-activations are < 0 on every training point in any
-    summation order (a rounding margin of ROUNDING_MARGIN·(d+2)·u·Σ_k |x_ik w_jk|)."""
+    summation order (a rounding margin of ROUNDING_MARGIN·(d+2)·u·Σ_k |x_ik w_jk|). X is
+    (R, n, d) per run, or (T, n, d) per trial with ``trial`` (R,) the trial of each run."""
     d = X.shape[-1]
     u = torch.finfo(W.dtype).eps / 2
-    pre = torch.bmm(X, W.transpose(1, 2))  # (R, n, m)
-    bound = torch.bmm(X.abs(), W.abs().transpose(1, 2)) * (ROUNDING_MARGIN * (d + 2) * u)
-    return (pre < -bound).all(dim=1)
-
-
-def dataset_groups(X: torch.Tensor) -> list[list[int]]:
-    """Runs (batch positions) with bit-identical training inputs, in order of first appearance."""
-    R = X.shape[0]
-    g = torch.Generator().manual_seed(12345)
-    probe = torch.rand(X.shape[1:], generator=g, dtype=X.dtype).to(X.device)
-    fp = (X * probe).sum((1, 2)).cpu().tolist()
-    groups: list[list[int]] = []
-    reps: dict[float, list[int]] = {}
-    for r in range(R):
-        for gi in reps.get(fp[r], []):
-            if torch.equal(X[groups[gi][0]], X[r]):
-                groups[gi].append(r)
-                break
-        else:
-            reps.setdefault(fp[r], []).append(len(groups))
-            groups.append([r])
-    return groups
+    if trial is None:
+        pre = torch.bmm(X, W.transpose(1, 2))  # (R, n, m)
+        bound = torch.bmm(X.abs(), W.abs().transpose(1, 2)) * (ROUNDING_MARGIN * (d + 2) * u)
+        return (pre < -bound).all(dim=1)
+    out = torch.empty(W.shape[:2], dtype=torch.bool, device=W.device)
+    for t in torch.unique(trial).tolist():
+        idx = torch.nonzero(trial == t).flatten()
+        pre = torch.matmul(W[idx], X[t].T)  # (Q, m, n)
+        bound = torch.matmul(W[idx].abs(), X[t].abs().T) * (ROUNDING_MARGIN * (d + 2) * u)
+        out[idx] = (pre < -bound).all(dim=-1)
+    return out
 
 
 class FastStepper:
     """Compact device state for a batch: S datasets, each with C neuron columns (the live
     neurons of its Q runs side by side, then inert zero columns up to the widest group).
 
-    ``load(b)`` gathers the engine batch ``b`` (engine._Batch) into the layout, ``steps(n)``
+    ``load(b)`` gathers the batch ``b`` (batch.Batch) into the layout, ``steps(n)``
     runs n gradient-descent steps from the iteration given to ``load``, ``store(b)`` scatters
     W, a, the running flags and stop iterations back. The layout is rebuilt when the batch's
     runs change or the live width shrinks enough to pay for it (CUDA graphs are re-captured
     then). A zero column has pre-activation 0, so it adds 0 to h and gets exact zero updates.
     """
 
-    def __init__(self, b: Any, kappa: float, lr: float, target: float, use_graphs: bool | None = None,
+    def __init__(self, b: Any, rule: StepRule, use_graphs: bool | None = None,
                  groups: list[list[int]] | None = None, blocks: bool | None = None,
-                 dead: torch.Tensor | None = None):
-        self.kappa, self.lr, self.target = float(kappa), float(lr), float(target)
+                 dead: torch.Tensor | None = None, selector: bool | None = None):
+        self.rule = rule
+        self.kappa, self.lr, self.target = rule.kappa, rule.lr, rule.target
         self.dev, self.dtype = b.W.device, b.W.dtype
         self.keys = list(b.keys)
         self.use_graphs = (self.dev.type == "cuda") if use_graphs is None else use_graphs
         self.blocks = (self.use_graphs or CPU_BLOCKS) if blocks is None else blocks
-        self.groups = groups if groups is not None else dataset_groups(b.X)
+        self.selector = (self.dev.type == "cuda" or H_BY_SELECTOR) if selector is None else selector
+        self.groups = groups if groups is not None else b.trial_groups()
         self._build(b, dead)
-        # CPU, step by step, h by index_add: the compiled loops (kernels.py) instead of the torch step
-        self.use_kernel = (self.dev.type == "cpu" and not self.blocks and self.select is None
-                           and kernels.use_numba())
 
     # -- layout ---------------------------------------------------------------------------
     def _build(self, b: Any, dead: torch.Tensor | None = None) -> None:
         R, m, d = b.W.shape
         n = b.X.shape[1]
         if dead is None:
-            dead = certainly_dead(b.W, b.X)  # (R, m)
+            dead = certainly_dead(b.W, b.X, b.trial)  # (R, m)
         live = (~dead).cpu()
         S = len(self.groups)
         Q = max(len(g) for g in self.groups)
@@ -150,10 +139,10 @@ class FastStepper:
         self.real_slots = torch.nonzero(self.real).flatten()
         dt = self.dtype
         SQ = S * Q
-        reps = torch.tensor([g[0] for g in self.groups], dtype=torch.long, device=dev)
-        self.Xg = b.X[reps].contiguous()  # (S, n, d)
+        self.trial_of_group = b.trial[torch.tensor([g[0] for g in self.groups], dtype=torch.long, device=dev)]
+        self.Xg = b.X[self.trial_of_group].contiguous()  # (S, n, d)
         self.XgT = self.Xg.transpose(1, 2).contiguous()  # (S, d, n)
-        self.y = b.y[self.slot_run].contiguous()  # (SQ, n)
+        self.y = b.y[b.trial[self.slot_run]].contiguous()  # (SQ, n)
         self.W = torch.zeros(S, C, d, dtype=dt, device=dev)
         self.a = torch.zeros(S, C, dtype=dt, device=dev)
         self.running = torch.zeros(SQ, dtype=torch.bool, device=dev)
@@ -177,7 +166,7 @@ class FastStepper:
         self.B = torch.empty(S, C, d, dtype=dt, device=dev)
         # CUDA: h by a (S, Q, C) selector product (deterministic); CPU: index_add (sequential)
         self.select = None
-        if dev.type == "cuda" or H_BY_SELECTOR:
+        if self.selector:
             onehot = torch.zeros(S, Q, C, dtype=dt, device=dev)
             q_of_col = (self.col_slot.view(S, C) - torch.arange(S, device=dev)[:, None] * Q)
             onehot.scatter_(1, q_of_col[:, None, :], 1.0)
@@ -185,7 +174,6 @@ class FastStepper:
             self.select = torch.empty_like(onehot)
         self.graph = None
         self.redone_blocks = 0
-        self._kernel = None  # kernels.StepKernel on this layout, made on first use
 
     def compatible(self, b: Any) -> bool:
         return list(b.keys) == self.keys
@@ -193,7 +181,7 @@ class FastStepper:
     def maybe_shrink(self, b: Any, dead: torch.Tensor | None = None) -> None:
         """Rebuild the layout if the live neurons fell below SHRINK_FRACTION of the columns."""
         if dead is None:
-            dead = certainly_dead(b.W, b.X)
+            dead = certainly_dead(b.W, b.X, b.trial)
         if int((~dead[self.runs.to(dead.device)]).sum()) < SHRINK_FRACTION * self.total_live:
             self._build(b, dead)
 
@@ -312,14 +300,7 @@ class FastStepper:
         """``count`` gradient-descent steps; stops early (at a multiple of ``check_every``,
         0: never) once no run is training, which changes nothing since stopped runs get zero
         updates. With ``blocks`` (default on CUDA) whole blocks of BLOCK_STEPS steps run
-        without per-step stop tests (one CUDA graph each on CUDA). On the CPU without blocks,
-        the compiled loops (kernels.StepKernel) do the steps when numba is available."""
-        if self.use_kernel:
-            if self._kernel is None:
-                self._kernel = kernels.StepKernel(self)
-            done = self._kernel.steps(count, int(self.t), self.kappa, self.lr, self.target, bool(check_every))
-            self.t.add_(done)
-            return
+        without per-step stop tests (one CUDA graph each on CUDA)."""
         done = 0
         if self.blocks and count >= BLOCK_STEPS:
             if self.use_graphs and self.graph is None:
@@ -372,20 +353,20 @@ class PartitionedStepper:
     chunk on its own (runs are independent, so the order of the parts does not matter). A batch
     whose buffers exceed the cache is memory-bound; parts of CPU_PART_BYTES stay in cache."""
 
-    def __init__(self, b: Any, kappa: float, lr: float, target: float, groups: list[list[int]] | None = None):
-        self.kappa, self.lr, self.target = float(kappa), float(lr), float(target)
+    def __init__(self, b: Any, rule: StepRule, groups: list[list[int]] | None = None):
+        self.rule = rule
         self.keys = list(b.keys)
-        self.groups = groups if groups is not None else dataset_groups(b.X)
-        dead = certainly_dead(b.W, b.X)
+        self.groups = groups if groups is not None else b.trial_groups()
+        dead = certainly_dead(b.W, b.X, b.trial)
         live = (~dead).sum(1).tolist()
-        self.parts = [FastStepper(b, kappa, lr, target, groups=p, dead=dead)
+        self.parts = [FastStepper(b, rule, groups=p, dead=dead)
                       for p in partition(self.groups, live, b.X.shape[1], CPU_PART_BYTES)]
 
     def compatible(self, b: Any) -> bool:
         return list(b.keys) == self.keys
 
     def maybe_shrink(self, b: Any) -> None:
-        dead = certainly_dead(b.W, b.X)
+        dead = certainly_dead(b.W, b.X, b.trial)
         for p in self.parts:
             p.maybe_shrink(b, dead)
 
@@ -410,37 +391,43 @@ class PartitionedStepper:
         return self.parts[0].blocks
 
 
-def make_stepper(b: Any, kappa: float, lr: float, target: float, groups: list[list[int]] | None = None):
-    """The stepper for the batch's device: one FastStepper on CUDA; on the CPU, cache-sized parts
-    when the batch's (columns × n) buffers exceed CPU_PART_ABOVE (measured here: parts of 256 KiB
+def make_layout(b: Any, rule: StepRule, groups: list[list[int]] | None = None) -> FastStepper | PartitionedStepper:
+    """The dense layout for the batch's device: one FastStepper on CUDA; on the CPU, cache-sized
+    parts when the batch's (columns × n) buffers exceed CPU_PART_ABOVE (measured: parts of 256 KiB
     gained ~25% at d = 64, 80 runs, and lost ~15% at d = 16, whose whole batch is ~1 MiB)."""
     if b.W.device.type == "cpu" and CPU_PART_BYTES:
-        cols = int((~certainly_dead(b.W, b.X)).sum())
+        cols = int((~certainly_dead(b.W, b.X, b.trial)).sum())
         if cols * b.X.shape[1] * 8 > CPU_PART_ABOVE:
-            return PartitionedStepper(b, kappa, lr, target, groups=groups)
-    return FastStepper(b, kappa, lr, target, groups=groups)
+            return PartitionedStepper(b, rule, groups=groups)
+    return FastStepper(b, rule, groups=groups)
 
 
-def train_chunk(b: Any, steps: int, t0: int, kappa: float, lr: float, target: float, check_every: int,
-                stable: bool = False) -> None:
-    """Advance the engine batch ``b`` by ``steps`` iterations from iteration ``t0`` (fast path).
+class DenseStepper:
+    """The dense torch step on the batch (stepper interface, base.py). The layout lives on the
+    batch between chunks (``b._dense``), rebuilt when the runs change and shrunk when neurons
+    die; ``check_every``: steps between 'is any run training?' checks (0: never)."""
 
-    With ``stable``, chunks of at least stable.STABLE_MIN_STEPS steps (where n·d is large enough
-    for it to pay) go through the stable-pattern phase (stable.train_chunk_stable: certified
-    pattern-group rows plus the other neurons in a FastStepper). Otherwise the stepper lives on
-    the batch between chunks (``b._fast``) and is rebuilt when the batch's runs change.
-    """
-    if stable:
-        from .stable import STABLE_MIN_STEPS, train_chunk_stable
+    name = "dense"
 
-        if steps >= STABLE_MIN_STEPS and train_chunk_stable(b, steps, t0, kappa, lr, target, check_every):
-            return
-    st = getattr(b, "_fast", None)
-    if st is None or not st.compatible(b) or (st.kappa, st.lr, st.target) != (kappa, lr, target):
-        st = make_stepper(b, kappa, lr, target)
-        b._fast = st
-    elif steps >= 64:
-        st.maybe_shrink(b)
-    st.load(b, t0)
-    st.steps(steps, check_every)
-    st.store(b)
+    def __init__(self, rule: StepRule, check_every: int = 1):
+        self.rule = rule
+        self.check_every = check_every
+
+    def layout(self, b: Any, count: int) -> FastStepper | PartitionedStepper:
+        st = b.__dict__.get("_dense")
+        if st is None or not st.compatible(b) or st.rule != self.rule:
+            st = make_layout(b, self.rule)
+            b._dense = st
+        elif count >= 64:
+            st.maybe_shrink(b)
+        return st
+
+    def run_parts(self, st: FastStepper | PartitionedStepper, count: int) -> None:
+        st.steps(count, self.check_every)
+
+    def advance(self, b: Any, t0: int, count: int) -> int:
+        st = self.layout(b, count)
+        st.load(b, t0)
+        self.run_parts(st, count)
+        st.store(b)
+        return count

@@ -1,4 +1,5 @@
-"""The fast stepping path (fast.py) against the single-run reference oracle (model.reference_train).
+"""The dense and compiled steppers (steppers/dense.py, steppers/compiled.py) against the
+single-run reference oracle (model.reference_train).
 
 Issue 6's requirement: on the same inputs, identical stop iterations and stop reasons and final
 parameters within 1e-10 relative (float64), across regimes: lazy (λ = 16), rich (λ = 4^-8),
@@ -14,25 +15,28 @@ import numpy as np
 import pytest
 import torch
 
-from shallowrelu import fast, kernels
+from shallowrelu import kernels
+from shallowrelu.batch import Batch
 from shallowrelu.datasets import make_trial
 from shallowrelu.engine import RunSpec, TrainConfig, train
-from shallowrelu.fast import FastStepper, certainly_dead, dataset_groups
 from shallowrelu.model import get_convention, reference_train
+from shallowrelu.steppers import dense
+from shallowrelu.steppers.base import StepRule
+from shallowrelu.steppers.dense import FastStepper, certainly_dead
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 @pytest.fixture(params=["numba", "step", "blocks"])
 def mode(request, monkeypatch):
-    """'numba': the fused CPU kernel (kernels.py); 'step': the torch step; 'blocks': CUDA's way
+    """'numba': the compiled stepper (kernels.py loops); 'step': the torch step; 'blocks': CUDA's way
     on any device: unchecked blocks of steps with one stop test each, and h(x_i) by the
     (runs × columns) selector product."""
     if request.param == "numba" and not kernels.use_numba():
         pytest.skip("numba not importable")
     monkeypatch.setenv(kernels.ENV, "numba" if request.param == "numba" else "torch")
-    monkeypatch.setattr(fast, "CPU_BLOCKS", request.param == "blocks")
-    monkeypatch.setattr(fast, "H_BY_SELECTOR", request.param == "blocks")
+    monkeypatch.setattr(dense, "CPU_BLOCKS", request.param == "blocks")
+    monkeypatch.setattr(dense, "H_BY_SELECTOR", request.param == "blocks")
     return request.param
 
 
@@ -67,8 +71,8 @@ def test_fast_batch_matches_reference_across_regimes(device, mode):
 def test_fast_cpu_parts_match_reference(monkeypatch):
     """The CPU batch split into many cache-sized parts (a few runs each, groups split) gives the
     reference's iterates and stops."""
-    monkeypatch.setattr(fast, "CPU_PART_BYTES", 8 * 4 * 70)  # ~70 columns per part
-    monkeypatch.setattr(fast, "CPU_PART_ABOVE", 0)
+    monkeypatch.setattr(dense, "CPU_PART_BYTES", 8 * 4 * 70)  # ~70 columns per part
+    monkeypatch.setattr(dense, "CPU_PART_ABOVE", 0)
     trials = [make_trial("centred", 4, 30, 1), make_trial("uncentred", 4, 30, 2)]
     specs = [RunSpec(tr, 4.0**e, f"{tr.scheme}{e}") for tr in trials for e in [2, 0, -3, -8]]
     cfg = TrainConfig(stable_phase="off", max_iters=3000, n_log=30, device="cpu", loss_target=1e-4)
@@ -80,7 +84,7 @@ def test_fast_cpu_parts_match_reference(monkeypatch):
 def test_partition_respects_budget_and_keeps_every_run():
     groups = [[0, 2, 4], [1, 3], [5]]
     live = [30, 10, 30, 10, 30, 5]
-    parts = fast.partition(groups, live, n=4, budget_bytes=8 * 4 * 60)
+    parts = dense.partition(groups, live, n=4, budget_bytes=8 * 4 * 60)
     flat = [r for p in parts for g in p for r in g]
     assert sorted(flat) == list(range(6))
     for p in parts:
@@ -88,23 +92,23 @@ def test_partition_respects_budget_and_keeps_every_run():
         assert cols <= 60 or sum(len(g) for g in p) == 1
         for g in p:  # every piece stays inside one dataset group
             assert any(set(g) <= set(G) for G in groups)
-    assert len(fast.partition(groups, live, n=4, budget_bytes=1 << 30)) == 1
+    assert len(dense.partition(groups, live, n=4, budget_bytes=1 << 30)) == 1
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_fast_stops_inside_blocks(device, monkeypatch):
     """Loss target 1e-4: runs stop at many different iterations, also inside unchecked blocks,
     which are then redone step by step; the stop iterations stay the reference's."""
-    monkeypatch.setattr(fast, "CPU_BLOCKS", True)
+    monkeypatch.setattr(dense, "CPU_BLOCKS", True)
     redone = []
-    block = fast.FastStepper._block
+    block = dense.FastStepper._block
 
     def counting_block(self):
         before = self.redone_blocks
         block(self)
         redone.append(self.redone_blocks - before)
 
-    monkeypatch.setattr(fast.FastStepper, "_block", counting_block)
+    monkeypatch.setattr(dense.FastStepper, "_block", counting_block)
     trials = [make_trial("centred", 4, 30, 1), make_trial("uncentred", 4, 30, 2)]
     specs = [RunSpec(tr, 4.0**e, f"{tr.scheme}{e}") for tr in trials for e in [2, 0, -3, -8]]
     cfg = TrainConfig(stable_phase="off", max_iters=3000, n_log=30, device=device, loss_target=1e-4)
@@ -152,20 +156,21 @@ def test_dead_neuron_test_is_conservative():
     assert int(dead.sum()) > 0
 
 
-def test_dataset_groups_and_layout_roundtrip():
-    """Runs sharing X are grouped; load/store through the compact layout is the identity."""
-    from shallowrelu.engine import _Batch
-
+def test_trial_groups_and_layout_roundtrip():
+    """Runs of one trial share its data (stored once); load/store through the compact layout is
+    the identity."""
     trials = [make_trial("centred", 4, 10, s) for s in (0, 1)]
     specs = [RunSpec(trials[i % 2], 4.0 ** -(i % 3), f"k{i}") for i in range(5)]
-    b = _Batch(specs, TrainConfig(stable_phase="off", device="cpu"), torch.device("cpu"), torch.float64)
-    assert dataset_groups(b.X) == [[0, 2, 4], [1, 3]]
+    b = Batch.from_specs(specs, torch.device("cpu"))
+    assert b.X.shape[0] == 2 and b.trial.tolist() == [0, 1, 0, 1, 0]
+    assert b.trial_groups() == [[0, 2, 4], [1, 3]]
     W, a = b.W.clone(), b.a.clone()
-    st = FastStepper(b, 2.0, 0.01, 1e-9, use_graphs=False)
+    st = FastStepper(b, StepRule(2.0, 0.01, 1e-9), use_graphs=False)
     assert (st.S, st.Q) == (2, 3)
     st.load(b, 0)
     b.W.zero_()
     b.a.zero_()
     st.store(b)
-    live = ~certainly_dead(W, b.X)
+    live = ~certainly_dead(W, b.X, b.trial)
     assert torch.equal(b.W[live], W[live]) and torch.equal(b.a[live], a[live])
+    assert torch.equal(live, ~certainly_dead(W, b.run_X()))  # per trial = per run

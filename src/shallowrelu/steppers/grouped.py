@@ -1,0 +1,445 @@
+"""The grouped stepper: certified activation-pattern groups, one gradient direction per group.
+
+Late in training almost every live neuron keeps its activation pattern (the set of training
+points with w_j·x_i > 0): in the rich regime the J+ neurons form one group active on every
+point, and the surviving J− neurons are each active on one or a few points. While the pattern
+s_k ∈ {0, 1}^n of a group k holds, SPEC §1's gradients of its neurons j share one vector:
+
+    g_k = Xᵀ(s_k ∘ r) = Σ_{i ∈ P_k} r_i x_i,           coef = lr·κ/n,
+    w_j ← w_j + coef·a_j·g_k,    a_j ← a_j + coef·(w_j·g_k)     (old w_j, a_j on the right),
+    h(x_i) = Σ_k s_ki · x_i·u_k + (the other neurons' terms),    u_k = Σ_{j ∈ k} a_j w_j,
+
+so a step costs O(|P_k|·d) per group (P_k its points) plus one pass over the group neurons'
+weights, instead of O(n·d) per neuron: at d = n = 1024, m = 200 with one J+ group and a few
+one-point J− groups, ~100× fewer operations than the dense step. The same algorithm runs
+batched over all runs with torch operations (CPU and CUDA, no host synchronisation inside a
+block; patterns as dense masks, one matrix product per trial and block of groups) and, on the
+CPU with numba, in compiled loops over each group's points (kernels._groups_step).
+
+**Mixed step.** Every live neuron of a training run is in a group (any size, every certified
+pattern) or *exact*: exact neurons (too close to a boundary to be certified, or demoted) are
+stepped by the dense layout (steppers.dense.FastStepper), which also forms r, the objective and
+the stop test. Each step: the groups' share of h is formed from the state at t, the dense step
+subtracts it from y, forms r and updates its neurons, and the groups are updated with the same r.
+
+**Certification, not assumption.** At a *refresh* the group neurons' pre-activations are
+computed exactly and each gets a margin μ_j = min_i (|w_j·x_i| − rounding bound)/‖x_i‖ (a sign
+that disagrees with the group's pattern, or a pre-activation within rounding of 0, makes the
+neuron exact). A step maps z_j = (w_j, a_j) to (I + coef·K) z_j with ‖K‖ = ‖g_k‖, so since the
+refresh ‖w_j(t) − w_j(t₀)‖ ≤ ‖z_j(t₀)‖·(exp(coef·Σ_s ‖g_k(s)‖) − 1) (GroupSet.movement); every
+step adds ‖g_k‖ to the group's sum. A block of steps stands only if that bound plus a rounding
+allowance stays below μ_j for every group neuron, so no group neuron's pre-activation changed
+sign at any step of it; otherwise the block is undone, the failing neurons become exact and the
+layout is rebuilt. Margins are refreshed when the bound reaches REFRESH_AT of them (late in
+training, when ‖g‖ is small, after many blocks). The layout is chosen afresh every
+SUBCHUNK_STEPS steps from the state alone, so a resumed job repeats the same decisions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .. import kernels
+from .base import StepRule
+from .dense import ROUNDING_MARGIN, FastStepper, certainly_dead
+
+MIN_STEPS = 64  # chunks shorter than this take the fallback stepper
+MIN_POINTS_X_DIM = 256  # n·d below this: the dense step is cheap enough (d = 4 ran slower grouped)
+SUBCHUNK_STEPS = 8192  # the layout is chosen afresh at least this often
+MIN_GROUP_SIZE = 1  # patterns with fewer eligible neurons stay exact
+BLOCK_STEPS = 32  # steps between certification checks (and undo granularity) at the start of a piece
+MAX_BLOCK_STEPS = 8192  # blocks grow up to this while the bound grows slowly (see _Piece.next_block)
+BOUND_SLACK = 1e-6  # relative slack on the accumulated movement bound (its own rounding)
+SAFETY = 4.0  # at a (re)build a group neuron's margin must exceed SAFETY × its predicted window movement
+WINDOW_STEPS = 128  # the movement predicted at a build covers this many steps
+REFRESH_AT = 0.5  # refresh the margins once a neuron's bound reaches this share of its margin
+DENSE_MIN_POINTS_X_DIM = 4096  # compiled path: from this n·d on, groups with many points ...
+DENSE_POINTS_FRACTION = 0.25  # ... (at least this share of the n points) use matrix products for g_k, X u_k
+
+COUNTERS: dict[str, int] = {}  # diagnostics since import (see _count)
+
+
+def _count(**kw: int) -> None:
+    for k, v in kw.items():
+        COUNTERS[k] = COUNTERS.get(k, 0) + v
+
+
+def rounding_bound(wn: torch.Tensor, xn: torch.Tensor, d: int) -> torch.Tensor:
+    """(·, m, n) bound on the rounding of w_j·x_i in any summation order, from the norms
+    ‖w_j‖ (·, m) and ‖x_i‖ (·, n): ROUNDING_MARGIN·(d+2)·u·‖w_j‖·‖x_i‖ (≥ that factor times
+    Σ_k |w_jk x_ik|, the bound of dense.certainly_dead)."""
+    u = torch.finfo(wn.dtype).eps / 2
+    return wn[..., :, None] * xn[..., None, :] * (ROUNDING_MARGIN * (d + 2) * u)
+
+
+def pattern_codes(pats: torch.Tensor) -> torch.Tensor:
+    """(..., n) bool patterns → (..., ⌈n/52⌉) int64 codes, 52 pattern bits per word (the sums
+    of powers of two are exact in float64), so equal patterns ⇔ equal codes."""
+    n = pats.shape[-1]
+    words = -(-n // 52)
+    x = pats.to(torch.float64)
+    if words * 52 != n:
+        x = torch.nn.functional.pad(x, (0, words * 52 - n))
+    weights = torch.pow(2.0, torch.arange(52, dtype=torch.float64, device=pats.device))
+    return (x.view(*pats.shape[:-1], words, 52) @ weights).to(torch.int64)
+
+
+Groups = list[list[tuple[torch.Tensor, torch.Tensor]]]
+
+
+def _neuron_rates(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Tensor,
+                  coef: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For the Q runs W (Q, m, d), a (Q, m) of one trial with points X (n, d), labels y (n,):
+    activation patterns (Q, m, n), margins μ_j and the predicted movement per step
+    coef·‖(w_j, a_j)‖·‖g_j‖ (g_j from the current residual and the neuron's own pattern)."""
+    pre = torch.matmul(W, X.T)  # (Q, m, n)
+    res = y - torch.matmul(a.unsqueeze(1), torch.relu(pre)).squeeze(1)  # (Q, n)
+    pats = pre > 0
+    xn = torch.linalg.vector_norm(X, dim=-1)
+    rnd = rounding_bound(torch.linalg.vector_norm(W, dim=-1), xn, X.shape[-1])
+    mu = ((pre.abs() - rnd) / xn).amin(-1)
+    g = torch.matmul(pats.to(W.dtype) * res.unsqueeze(1), X)  # (Q, m, d)
+    zn = torch.sqrt((W * W).sum(-1) + a * a)
+    return pats, mu, coef * zn * torch.linalg.vector_norm(g, dim=-1)
+
+
+def choose_groups(b: Any, exclude: torch.Tensor, coef: float) -> tuple[Groups, torch.Tensor]:
+    """Groups and exact neurons of the batch ``b`` (batch.Batch).
+
+    Per training run: the live neurons not in ``exclude`` (R, m) whose margin μ_j exceeds SAFETY ×
+    the movement predicted for WINDOW_STEPS steps at the current rate, grouped by activation
+    pattern; patterns with at least MIN_GROUP_SIZE such neurons become groups, given as (neuron
+    indices, pattern (n,) bool). Returns the groups per run and the (R, m) mask of the other live
+    neurons (exact)."""
+    W, a = b.W, b.a
+    live = ~certainly_dead(W, b.X, b.trial)
+    eligible = live & ~exclude & b.running[:, None]
+    pats = torch.zeros(W.shape[0], W.shape[1], b.X.shape[1], dtype=torch.bool, device=W.device)
+    for idx in b.trial_groups():
+        ix = torch.tensor(idx, dtype=torch.long, device=W.device)
+        t = int(b.trial[idx[0]])
+        p, mu, rate = _neuron_rates(W[ix], a[ix], b.X[t], b.y[t], coef)
+        pats[ix] = p
+        eligible[ix] &= mu > SAFETY * WINDOW_STEPS * rate  # rate ≥ 0: also μ > 0
+    in_group = torch.zeros_like(live)
+    groups: Groups = []
+    codes = pattern_codes(pats)  # (R, m, words)
+    for r in range(W.shape[0]):
+        idx = torch.nonzero(eligible[r]).flatten()
+        run_groups: list[tuple[torch.Tensor, torch.Tensor]] = []
+        if idx.numel() >= MIN_GROUP_SIZE:
+            _, inv, counts = torch.unique(codes[r, idx], dim=0, return_inverse=True, return_counts=True)
+            for k in torch.argsort(counts, descending=True, stable=True).tolist():
+                if int(counts[k]) < MIN_GROUP_SIZE:
+                    break
+                cols = idx[inv == k]
+                run_groups.append((cols, pats[r, cols[0]]))
+                in_group[r, cols] = True
+        groups.append(run_groups)
+    return groups, live & ~in_group
+
+
+class GroupSet:
+    """The groups of a dense layout's run slots (FastStepper ``fs``): members in flat arrays,
+    sorted by group, groups sorted by slot (so by dataset). ``groups_by_slot[q]`` lists the
+    (neuron indices, pattern) of slot q, whose neurons live at batch position ``fs.slot_run[q]``.
+
+    Per group k: ``slot`` (G,), ``S`` (G, n) pattern as 0/1, ``pts_ptr``/``pts`` its points (CSR),
+    ``mem`` (G + 1,) the range of its members, ``gsum`` Σ‖g_k‖ since the refresh. Per member j:
+    ``W`` (N, d), ``a`` (N,), ``gid`` (N,), ``margin``, ``zn`` = ‖(w_j, a_j)‖ at the refresh and
+    ``allow`` (rounding allowance per step)."""
+
+    def __init__(self, fs: FastStepper, groups_by_slot: Groups, coef: float):
+        dev, dt = fs.W.device, fs.W.dtype
+        n, d, Q = fs.n, fs.d, fs.Q
+        self.n, self.d, self.coef = n, d, coef
+        flat = [(q, cols, pat) for q, gs in enumerate(groups_by_slot) for cols, pat in gs]
+        self.G = G = len(flat)
+        slot_run = fs.slot_run.tolist()
+        sizes = [int(c.numel()) for _, c, _ in flat]
+        self.N = sum(sizes)
+        self.slot = torch.tensor([f[0] for f in flat], dtype=torch.long, device=dev)
+        self.mem = torch.tensor([0] + sizes, dtype=torch.long).cumsum(0).to(dev)
+        self.gid = torch.repeat_interleave(torch.arange(G, device=dev),
+                                           torch.tensor(sizes, dtype=torch.long, device=dev))
+        runs = [slot_run[q] for q, c, _ in flat for _ in range(int(c.numel()))]
+        neurons = [c.to(dev) for _, c, _ in flat] or [torch.zeros(0, dtype=torch.long, device=dev)]
+        self._at = (torch.tensor(runs, dtype=torch.long, device=dev), torch.cat(neurons))
+        pats = torch.stack([p.to(dev) for _, _, p in flat]) if flat else torch.zeros(0, n, dtype=torch.bool, device=dev)
+        self.S = pats.to(dt)
+        counts = pats.sum(1)
+        self.pts_ptr = torch.cat([torch.zeros(1, dtype=torch.long, device=dev), counts.cumsum(0)])
+        self.pts = torch.nonzero(pats)[:, 1].contiguous()
+        # compiled path: "dense" groups' positions in per-dataset padded buffers (-1: sparse)
+        dense = (counts >= DENSE_POINTS_FRACTION * n) & (n * d >= DENSE_MIN_POINTS_X_DIM)
+        self.dpos = torch.full((G,), -1, dtype=torch.long, device=dev)
+        nd = [0] * fs.Xg.shape[0]
+        for k, (q, is_dense) in enumerate(zip(self.slot.tolist(), dense.tolist())):
+            if is_dense:
+                self.dpos[k] = nd[q // Q]
+                nd[q // Q] += 1
+        self.Gd = max(nd) if nd else 0
+        self.dpos = torch.where(self.dpos >= 0, (self.slot // Q) * self.Gd + self.dpos, self.dpos)
+        # padded per-dataset positions for the torch path's matrix products
+        ds = (self.slot // Q).tolist()
+        S_ds = fs.Xg.shape[0]
+        per = [0] * S_ds
+        within = []  # position of each group among its dataset's groups
+        for s in ds:
+            within.append(per[s])
+            per[s] += 1
+        self.Gmax = Gmax = max(1, max(per))
+        self.flatpos = torch.tensor([s * Gmax + p for s, p in zip(ds, within)], dtype=torch.long, device=dev)
+        self.pad_index = torch.full((S_ds * Gmax,), G, dtype=torch.long, device=dev)  # G: the zero row
+        self.pad_index[self.flatpos] = torch.arange(G, device=dev)
+        self.Xg, self.XgT = fs.Xg, fs.XgT
+        self.xnorm = torch.linalg.vector_norm(fs.Xg, dim=-1)  # (S, n)
+        self.ds_of_member = (self.slot // Q)[self.gid]
+        self.W = torch.zeros(self.N, d, dtype=dt, device=dev)
+        self.a = torch.zeros(self.N, dtype=dt, device=dev)
+        self.gsum = torch.zeros(G, dtype=dt, device=dev)
+        self.margin = torch.full((self.N,), float("inf"), dtype=dt, device=dev)
+        self.zn = torch.zeros(self.N, dtype=dt, device=dev)
+        self.allow = torch.zeros(self.N, dtype=dt, device=dev)
+        self.steps_since_refresh = 0
+        self.W_bak, self.a_bak = torch.empty_like(self.W), torch.empty_like(self.a)
+
+    # -- transfer -------------------------------------------------------------------------
+    def load(self, W: torch.Tensor, a: torch.Tensor) -> None:
+        self.W.copy_(W[self._at])
+        self.a.copy_(a[self._at])
+
+    def store(self, W: torch.Tensor, a: torch.Tensor) -> None:
+        W[self._at] = self.W
+        a[self._at] = self.a
+
+    def neurons(self, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(batch position, neuron) of the members in ``mask`` (N,)."""
+        return self._at[0][mask], self._at[1][mask]
+
+    # -- the torch step -------------------------------------------------------------------
+    def _padded(self, rows: torch.Tensor) -> torch.Tensor:
+        """(G, k) per-group rows → (S, Gmax, k), zero rows for the padding."""
+        z = torch.cat([rows, rows.new_zeros(1, rows.shape[1])])
+        return z[self.pad_index].view(self.Xg.shape[0], self.Gmax, rows.shape[1])
+
+    def h(self, out: torch.Tensor) -> None:
+        """The groups' share of h (SQ, n) at the current state: Σ_k s_ki x_i·u_k."""
+        u = torch.zeros(self.G, self.d, dtype=self.W.dtype, device=self.W.device)
+        u.index_add_(0, self.gid, self.W * self.a[:, None])
+        H = torch.bmm(self._padded(u), self.XgT).view(-1, self.n)[self.flatpos] * self.S
+        out.zero_()
+        out.index_add_(0, self.slot, H)
+
+    def update(self, r: torch.Tensor, coef_group: torch.Tensor) -> None:
+        """One step with residual r (SQ, n); coef_group (G,) = coef, or 0 for stopped runs."""
+        V = self.S * r[self.slot]
+        g = torch.bmm(self._padded(V), self.Xg).view(-1, self.d)[self.flatpos]  # (G, d)
+        self.gsum.add_(torch.linalg.vector_norm(g, dim=-1))
+        gg = g[self.gid]
+        ga = (self.W * gg).sum(-1)  # w_j·g_k with the old w_j
+        c = coef_group[self.gid]
+        self.W.addcmul_(gg, (self.a * c)[:, None])
+        self.a.addcmul_(ga, c)
+
+    # -- certification --------------------------------------------------------------------
+    def refresh(self) -> torch.Tensor:
+        """Exact pre-activations: margins, bound reset. Returns the (N,) mask of members whose
+        signs differ from their group's pattern or lie within rounding of 0."""
+        bad = torch.zeros(self.N, dtype=torch.bool, device=self.W.device)
+        wn = torch.linalg.vector_norm(self.W, dim=-1)
+        for s in torch.unique(self.ds_of_member).tolist():
+            idx = torch.nonzero(self.ds_of_member == s).flatten()
+            pre = self.W[idx] @ self.XgT[s]  # (k, n)
+            rnd = rounding_bound(wn[idx], self.xnorm[s], self.d)
+            want = self.S[self.gid[idx]] > 0
+            good = ((pre > 0) == want) & (pre.abs() > rnd)
+            bad[idx] = ~good.all(1)
+            self.margin[idx] = ((pre.abs() - rnd) / self.xnorm[s]).amin(1)
+        u = torch.finfo(self.W.dtype).eps / 2
+        torch.mul(wn, 8.0 * u * self.d ** 0.5, out=self.allow)  # a few ulps of ‖w_j‖·√d per step
+        torch.sqrt(wn * wn + self.a * self.a, out=self.zn)
+        self.gsum.zero_()
+        self.steps_since_refresh = 0
+        return bad
+
+    def movement(self) -> torch.Tensor:
+        """(N,) bound on ‖w_j(t) − w_j(t₀)‖ since the refresh at t₀, rounding allowance included."""
+        grow = torch.expm1(self.gsum[self.gid] * (self.coef * (1.0 + BOUND_SLACK)))
+        return self.zn * grow + self.allow * self.steps_since_refresh
+
+
+class _Piece:
+    """One piece of a chunk: groups (GroupSet) plus the exact neurons in a FastStepper, sharing
+    each run's residual. Torch path: blocks of BLOCK_STEPS steps without per-step stop tests,
+    redone step by step if a run met the target inside; compiled path: the stop test every step."""
+
+    def __init__(self, b: Any, rule: StepRule, compiled: bool):
+        self.b, self.rule, self.compiled = b, rule, compiled
+        self.coef = rule.lr * rule.kappa / b.X.shape[1]
+        self.exclude = torch.zeros(b.W.shape[:2], dtype=torch.bool, device=b.W.device)
+        self.rebuilds = self.demoted = self.redone = self.refreshes = 0
+
+    def _build(self, t: int) -> None:
+        b = self.b
+        groups, exact = choose_groups(b, self.exclude, self.coef)
+        fs = FastStepper(b, self.rule, use_graphs=False, blocks=False, dead=~exact, selector=False)
+        fs.load(b, t)
+        by_slot = [groups[r] if ok else [] for r, ok in zip(fs.slot_run.tolist(), fs.real.tolist())]
+        self.groups = GroupSet(fs, by_slot, self.coef)
+        self.groups.load(b.W, b.a)
+        self.fs = fs
+        self.y0 = fs.y.clone()
+        self.hg = torch.empty_like(fs.y)
+        fs.lbuf = torch.empty(BLOCK_STEPS, fs.y.shape[0], dtype=fs.dtype, device=fs.dev)
+        self.kernel = kernels.StepKernel(fs, self.groups, self.y0) if self.compiled else None
+        self.group_neurons = self.groups.N
+        self.exact_neurons = int(exact.sum())
+        self.fresh = True
+
+    def _store(self) -> None:
+        self.fs.store(self.b)
+        self.groups.store(self.b.W, self.b.a)
+
+    def _coef_group(self) -> torch.Tensor:
+        return self.fs.running.to(self.fs.dtype)[self.groups.slot] * self.coef
+
+    def _step(self, k: int | None, coef_group: torch.Tensor | None) -> None:
+        fs, gr = self.fs, self.groups
+        gr.h(self.hg)
+        torch.sub(self.y0, self.hg, out=fs.y)  # the dense step sees y − (the groups' share of h)
+        fs._step(k)
+        gr.update(fs.r, self._coef_group() if k is None else coef_group)
+
+    def _snapshot(self) -> None:
+        fs, gr = self.fs, self.groups
+        self._bak = (fs.W.clone(), fs.a.clone(), fs.running.clone(), fs.stop.clone(), fs.t.clone(), gr.gsum.clone())
+        gr.W_bak.copy_(gr.W)
+        gr.a_bak.copy_(gr.a)
+
+    def _undo(self) -> None:
+        fs, gr = self.fs, self.groups
+        for dst, src in zip((fs.W, fs.a, fs.running, fs.stop, fs.t, gr.gsum), self._bak):
+            dst.copy_(src)
+        gr.W.copy_(gr.W_bak)
+        gr.a.copy_(gr.a_bak)
+
+    def _demote(self, mask: torch.Tensor, t: int) -> None:
+        """Make the members in ``mask`` (N,) exact and rebuild the layout at t."""
+        runs, neurons = self.groups.neurons(mask)
+        self.exclude[runs, neurons] = True
+        self.demoted += int(runs.numel())
+        self._store()
+        self._build(t)
+        self.rebuilds += 1
+
+    def _block(self, steps: int) -> None:
+        self._snapshot()
+        steps_before = self.groups.steps_since_refresh
+        if self.kernel is not None:
+            fs = self.fs
+            fs.t.add_(self.kernel.steps(steps, int(fs.t), self.rule.kappa, self.rule.lr, self.rule.target))
+        else:
+            if self.fs.lbuf.shape[0] < steps:
+                self.fs.lbuf = self.fs.lbuf.new_empty(steps, self.fs.lbuf.shape[1])
+            self.fs._set_go()
+            cg = self._coef_group()
+            for k in range(steps):
+                self._step(k, cg)
+            loss = self.fs.lbuf[:steps] * (self.rule.kappa / (2 * self.fs.n))
+            if bool(((loss < self.rule.target) & self.fs.running).any()):
+                self._undo()
+                self.redone += 1
+                for _ in range(steps):
+                    self._step(None, None)
+        self.groups.steps_since_refresh = steps_before + steps
+
+    def next_block(self, ratio: float, growth: float, steps: int) -> int:
+        """Length of the next block: doubled (up to MAX_BLOCK_STEPS) while the largest bound/margin
+        ratio, growing by ``growth`` over the last block of ``steps`` steps, stays well below
+        REFRESH_AT after twice as many; halved (down to BLOCK_STEPS) otherwise."""
+        if growth <= 0 or ratio + growth * 4 < REFRESH_AT:
+            return min(MAX_BLOCK_STEPS, 2 * steps)
+        return max(BLOCK_STEPS, steps // 2)
+
+    def _rest_dense(self, t: int, count: int, check_every: int) -> None:
+        """``count`` steps with no group left: the dense layout alone."""
+        if self.kernel is not None:
+            self.fs.t.add_(self.kernel.steps(count, t, self.rule.kappa, self.rule.lr, self.rule.target,
+                                             bool(check_every)))
+        else:
+            self.fs.steps(count, check_every)
+
+    def run(self, t0: int, count: int, check_every: int, built: bool = False) -> None:
+        """``count`` steps from t0 in certified blocks (module docstring)."""
+        if not built:
+            self._build(t0)
+        done, block = 0, BLOCK_STEPS
+        while done < count:
+            gr = self.groups
+            if gr.G == 0:  # nothing in groups (any more)
+                self._rest_dense(t0 + done, count - done, check_every)
+                break
+            if self.fresh:
+                self.fresh = False
+                self.refreshes += 1
+                bad = gr.refresh()
+                if bool(bad.any()):
+                    self._demote(bad, t0 + done)
+                    block = BLOCK_STEPS
+                    continue
+            before = float((gr.movement() / gr.margin).max())
+            steps = min(block, count - done)
+            self._block(steps)
+            ratio = gr.movement() / gr.margin
+            if bool((ratio >= 1.0).any()):
+                self._undo()
+                gr.steps_since_refresh -= steps
+                self._demote(ratio >= 1.0, t0 + done)
+                block = BLOCK_STEPS
+                continue
+            done += steps
+            worst = float(ratio.max())
+            self.fresh = worst >= REFRESH_AT
+            block = BLOCK_STEPS if self.fresh else self.next_block(worst, worst - before, steps)
+            if check_every and not bool(self.fs.running.any()):
+                break
+        self._store()
+        _count(pieces=1, group_neurons=self.group_neurons, exact_neurons=self.exact_neurons, rebuilds=self.rebuilds,
+               demoted=self.demoted, redone_blocks=self.redone, refreshes=self.refreshes)
+
+
+class GroupedStepper:
+    """Stepper interface (base.py) over pieces of at most SUBCHUNK_STEPS steps, each with a fresh
+    layout; chunks too short, or sizes too small for it to pay (MIN_POINTS_X_DIM), go to
+    ``fallback`` (the compiled or dense stepper)."""
+
+    name = "grouped"
+
+    def __init__(self, rule: StepRule, fallback: Any, check_every: int = 1, compiled: bool | None = None):
+        self.rule, self.fallback, self.check_every = rule, fallback, check_every
+        self.compiled = compiled
+
+    def pays(self, b: Any, count: int) -> bool:
+        return count >= MIN_STEPS and b.X.shape[1] * b.X.shape[2] >= MIN_POINTS_X_DIM
+
+    def advance(self, b: Any, t0: int, count: int) -> int:
+        if not self.pays(b, count):
+            return self.fallback.advance(b, t0, count)
+        compiled = (b.W.device.type == "cpu" and kernels.use_numba()) if self.compiled is None else self.compiled
+        b.__dict__.pop("_dense", None)  # the dense layout is rebuilt after a grouped chunk
+        done = 0
+        while done < count:
+            pc = _Piece(b, self.rule, compiled)
+            pc._build(t0 + done)
+            # a fresh layout lets settled exact neurons join groups: worth it only while there are some
+            piece = min(SUBCHUNK_STEPS, count - done) if pc.exact_neurons else count - done
+            if count - done - piece < MIN_STEPS:
+                piece = count - done  # no short tail piece
+            pc.run(t0 + done, piece, self.check_every, built=True)
+            done += piece
+            if self.check_every and not bool(b.running.any()):
+                break
+        return count
