@@ -24,16 +24,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from .metrics import init_groups
+from .metrics import eigenbasis, init_groups
 
 TRIAL_TENSORS = ("X", "y", "pos0", "neg0", "teacher", "gamma", "eigbasis")
 RUN_TENSORS = ("trial", "W", "a", "running", "stop_iter", "W_prev")
-
-
-def eigenbasis(X: np.ndarray) -> np.ndarray:
-    """Columns u_k of the eigenvectors of (1/n) XᵀX by decreasing eigenvalue (SPEC §3, Fig. 3)."""
-    _, evecs = np.linalg.eigh(X.T @ X / X.shape[0])
-    return evecs[:, ::-1].copy()
 
 
 class Batch:
@@ -74,7 +68,7 @@ class Batch:
             b.pos0, b.neg0 = init_groups(z, sgn, b.X)
             b.teacher = t(np.stack([tr.teacher.primary for tr in trials]))
             b.gamma = torch.einsum("tn,tnd->td", b.y, b.X) / b.X.shape[1]
-            b.eigbasis = t(np.stack([eigenbasis(tr.X) for tr in trials]))
+            b.eigbasis = eigenbasis(b.X)[1]
             b.eval_names = sorted(trials[0].eval_sets)
             b.eval_X = {nm: t(np.stack([tr.eval_sets[nm][0] for tr in trials])) for nm in b.eval_names}
             b.eval_y = {nm: t(np.stack([tr.eval_sets[nm][1] for tr in trials])) for nm in b.eval_names}

@@ -185,10 +185,13 @@ def saddle_drops(iters: Sequence[float], loss: Sequence[float], **kwargs: Any) -
 
 def eigenbasis(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Eigenvalues η_1 ≥ … ≥ η_d and eigenvectors (columns) of (1/n) XᵀX for rows x_i of X;
-    the same basis as the engine's ``eig_coords`` history."""
-    X = np.asarray(X, dtype=float)
-    evals, evecs = np.linalg.eigh(X.T @ X / X.shape[0])
-    return evals[::-1].copy(), evecs[:, ::-1].copy()
+    the engine's ``eig_coords`` basis (metrics.eigenbasis)."""
+    import torch
+
+    from .metrics import eigenbasis as batched
+
+    evals, evecs = batched(torch.as_tensor(np.asarray(X, dtype=float))[None])
+    return evals[0].numpy(), evecs[0].numpy()
 
 
 def zero_crossings(iters: Sequence[float], values: Sequence[float]) -> np.ndarray:

@@ -106,6 +106,17 @@ def nuclear_norm(W: torch.Tensor) -> torch.Tensor:
     return out.to(device=W.device, dtype=W.dtype)
 
 
+def eigenbasis(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eigenvalues η_1 ≥ … ≥ η_d (T, d) and eigenvectors u_k as columns (T, d, d) of (1/n) XᵀX for
+    X (T, n, d) (SPEC §3, Example 31's basis), each u_k signed so that its largest-magnitude
+    entry is positive (eigh's signs are arbitrary). torch's eigh: ~4× numpy's at d = 1024 here."""
+    evals, evecs = torch.linalg.eigh(X.transpose(1, 2) @ X / X.shape[1])
+    evals, evecs = evals.flip(-1), evecs.flip(-1)
+    idx = evecs.abs().argmax(dim=1, keepdim=True)  # (T, 1, d): the row of each column's largest entry
+    sign = torch.sign(torch.gather(evecs, 1, idx))
+    return evals.contiguous(), (evecs * torch.where(sign == 0, torch.ones_like(sign), sign)).contiguous()
+
+
 def init_groups(z: torch.Tensor, s: torch.Tensor, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """J+ and J− fixed at initialisation (SPEC §3): sign s_j = ±1 and some z_j · x_i > 0."""
     live = (torch.bmm(z, X.transpose(1, 2)) > 0).any(-1)

@@ -24,7 +24,8 @@ DYN_JOBS = []  # training jobs of this file, each with its iteration cap
 if DYN.get("enabled", False):
     DYN_ROOT = f"{RUNS}/example31"
     _ex31 = example31_job(DYN, DYN_ROOT)
-    DYN_JOBS.append(dict(_ex31, max_iters=DYN.get("max_iters") or TRAIN["max_iters"]))
+    DYN_JOBS.append(dict(_ex31, max_iters=DYN.get("max_iters") or TRAIN["max_iters"],
+                         loss_target=DYN.get("loss_target")))
     EX31_FIGS = [f for fig in ("fig3", "fig4", "fig5", "fig6") for f in figure_files(fig)]
     EX31_TABLES = [f"{TABLES}/example31_crossings.csv", f"{TABLES}/example31.json"]
     DEFAULT_TARGETS.extend(EX31_FIGS + EX31_TABLES)
@@ -124,6 +125,7 @@ for _job in DYN_JOBS:
             seeds=" ".join(str(s) for s in _job["seeds"]),
             exps=" ".join(str(e) for e in _job["exps"]),
             rho="" if _job["rho"] is None else f"--rho {_job['rho']!r}",
+            target="" if _job.get("loss_target") is None else f"--loss-target {_job['loss_target']!r}",
             max_iters=_job["max_iters"],
             n_log=TRAIN["n_log"],
             convention=TRAIN["loss_convention"],
@@ -146,5 +148,5 @@ for _job in DYN_JOBS:
             " --max-iters {params.max_iters} --n-log {params.n_log}"
             " --loss-convention {params.convention} --active-rule {params.active_rule}"
             " --device {params.device} --dtype {params.dtype}"
-            " --checkpoint-every {params.checkpoint} --threads {threads} {params.rho}"
+            " --checkpoint-every {params.checkpoint} --threads {threads} {params.rho} {params.target}"
             " > {log} 2>&1"
