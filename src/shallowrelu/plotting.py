@@ -75,8 +75,15 @@ def angle_figure_spec(cfg: dict[str, Any], figure: str) -> dict[str, Any]:
         if "centred" not in schemes:
             raise ValueError("Fig 1 is the centred row of Fig 7: grid.fig7.schemes must contain 'centred'")
         schemes = ["centred"]
+    by_dim = grid.get("seeds_by_dim") or {}
     return dict(figure=figure, schemes=schemes, dims=list(g["dims"]), widths=list(g["widths"]),
-                seeds=list(grid["seeds"]), lambda_exps=list(grid["lambda_exps"]))
+                seeds=list(grid["seeds"]), lambda_exps=list(grid["lambda_exps"]),
+                seeds_by_dim={str(k): list(v) for k, v in by_dim.items()})
+
+
+def seeds_for(spec: dict[str, Any], d: int) -> list[int]:
+    """The trial seeds an angle figure's spec has at input dimension d (grid.seeds_by_dim first)."""
+    return list((spec.get("seeds_by_dim") or {}).get(f"d{int(d)}", spec["seeds"]))
 
 
 def curve_figure_spec(cfg: dict[str, Any], figure: str) -> dict[str, Any]:
@@ -93,7 +100,7 @@ def angle_run_paths(runs_dir: str | Path, spec: dict[str, Any]) -> list[Path]:
     """Summary (.json) paths of every run an angle figure plots."""
     return [run_stem(runs_dir, s, d, m, seed, e).with_suffix(".json")
             for s in spec["schemes"] for d in spec["dims"] for m in spec["widths"]
-            for seed in spec["seeds"] for e in spec["lambda_exps"]]
+            for seed in seeds_for(spec, d) for e in spec["lambda_exps"]]
 
 
 def require_files(paths: Sequence[str | Path], what: str, hint: str) -> None:

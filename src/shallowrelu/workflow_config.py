@@ -14,6 +14,7 @@ Two things the schema validator alone does badly:
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -104,13 +105,17 @@ def _check(value: Any, node: dict[str, Any], root: dict[str, Any], where: str) -
     if not isinstance(value, dict):
         return
     props = node.get("properties", {})
+    patterns = node.get("patternProperties", {})
     extra = node.get("additionalProperties", True)
     for key, sub_value in value.items():
         here = f"{where}.{key}" if where else str(key)
+        matched = [p for p in patterns if re.search(p, str(key))]
         if key in props:
             _check(sub_value, props[key], root, here)
+        elif matched:
+            _check(sub_value, patterns[matched[0]], root, here)
         elif extra is False:
-            allowed = ", ".join(sorted(props)) or "(none)"
+            allowed = ", ".join(sorted(props) + [f"keys matching {p}" for p in patterns]) or "(none)"
             raise ValueError(f"unknown config key {key!r} in {where}; allowed keys there: {allowed}")
         elif isinstance(extra, dict):
             _check(sub_value, extra, root, here)

@@ -22,7 +22,7 @@ prepend_pythonpath(SRC)
 prepend_interpreter_path(sys.executable)
 from shallowrelu.aggregate import PAPER_TABLES  # noqa: E402
 from shallowrelu.io import run_stem  # noqa: E402  (the one place for the file layout)
-from shallowrelu.plotting import angle_figure_spec, curve_figure_spec  # noqa: E402
+from shallowrelu.plotting import angle_figure_spec, curve_figure_spec, seeds_for  # noqa: E402
 
 # Outputs (relative to the working directory) and repository files (absolute, so that
 # `snakemake --directory DIR` works from anywhere).
@@ -166,7 +166,7 @@ def angle_fig_runs(fig):
     """Register and return the run summaries Fig 1 (centred row of Fig 7), 7 or 8 plots."""
     s = angle_figure_spec(config, fig)
     return [p for sc in s["schemes"] for d in s["dims"] for m in s["widths"]
-            for p in request_runs(sc, d, m, s["seeds"], s["lambda_exps"], suffixes=(".json",))]
+            for p in request_runs(sc, d, m, seeds_for(s, d), s["lambda_exps"], suffixes=(".json",))]
 
 
 def curve_fig_runs(fig):
