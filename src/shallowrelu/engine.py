@@ -6,7 +6,10 @@ same arithmetic as :func:`shallowrelu.model.reference_train` (the oracle). Stopp
 per run and needs no host synchronisation: a run whose objective (evaluated before the step)
 is below the target stops at that iteration and receives zero updates from then on; at
 logging points finished runs are written out and leave the batch, and a run whose hidden
-weights are bit-identical to those at the previous logging point stops as ``frozen``.
+weights are bit-identical to those at the previous logging point stops as ``frozen``. At
+logging points a run whose objective, W or a is not finite stops as ``diverged`` and one whose
+every neuron is inactive on every training point (all gradients vanish for ever) as ``dead``
+(the order of the rules: :func:`classify_stops`); the other runs of the batch train on.
 
 Measurements (SPEC §3) are taken at the ~``n_log`` logging points and at each run's final
 state. Checkpoints of the whole batch can be written at logging points (atomically) and a
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import pickle
 import signal
@@ -401,6 +405,7 @@ def _sigterm_flag(enabled: bool):
 
 
 CHECKPOINT_FORMAT = 2
+CHECKPOINT_KEYS = {"batch", "histories", "log_index", "elapsed", "finished", "runs"}
 
 
 def _fresh_layout_on_cpu(b: _Batch) -> None:
@@ -440,13 +445,67 @@ def _load_checkpoint(ck: Path, cfg_fp: str, run_fps: dict[str, str], desc: str) 
             st = pickle.load(fh)
         ok = (isinstance(st, dict) and st.get("format") == CHECKPOINT_FORMAT and st.get("fingerprint") == cfg_fp
               and all(st["runs"].get(k) == h for k, h in run_fps.items()))
-    except Exception as exc:  # unreadable or from another version: start afresh
-        print(f"[{desc}] ignoring unreadable checkpoint {ck}: {exc}", file=sys.stderr)
+        if ok and (missing := CHECKPOINT_KEYS - set(st)):
+            raise ValueError(f"no {', '.join(sorted(missing))}")
+    except Exception as exc:  # unreadable, damaged or from another version: start afresh
+        print(f"[{desc}] warning: ignoring unreadable checkpoint {ck} ({type(exc).__name__}: {exc}); "
+              "training from the start", file=sys.stderr)
         return None
     if not ok:
         print(f"[{desc}] ignoring checkpoint {ck}: it belongs to other settings or runs", file=sys.stderr)
         return None
     return st
+
+
+STOP_REASONS = ("loss_target", "diverged", "dead", "frozen", "max_iters")
+DEAD_MARGIN = 4.0  # multiples of (d + 2)·u in the dead-network test (fast.ROUNDING_MARGIN's bound)
+
+
+def nonfinite_runs(loss: torch.Tensor, W: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """(R,) bool: runs whose objective, hidden weights or output weights have a NaN or ±inf."""
+    return ~(torch.isfinite(loss) & torch.isfinite(W).flatten(1).all(1) & torch.isfinite(a).flatten(1).all(1))
+
+
+def dead_runs(W: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """(R,) bool: runs in which no neuron is active on any training point, in any summation order.
+
+    Every w_j·x_i is below −DEAD_MARGIN·(d+2)·u·Σ_k |w_jk x_ik| (or that sum is 0, so the product
+    is exactly 0): relu'(0) = 0 makes every gradient exactly 0, now and for ever. A network that
+    is dead only within rounding is left to the ``frozen`` rule.
+    """
+    u = torch.finfo(W.dtype).eps / 2
+    pre = torch.bmm(X, W.transpose(1, 2))  # (R, n, m)
+    bound = torch.bmm(X.abs(), W.abs().transpose(1, 2)) * (DEAD_MARGIN * (X.shape[-1] + 2) * u)
+    return ((pre < -bound) | (bound == 0)).flatten(1).all(1)
+
+
+def classify_stops(below: Sequence[bool], diverged: Sequence[bool], dead: Sequence[bool], same: Sequence[bool],
+                   stop_iter: Sequence[int], t: int, cap: int) -> list[tuple[str, int] | None]:
+    """Each run's (stop reason, iteration) at logging point t, or None if it trains on.
+
+    Host lists per run: objective below the target, non-finite objective/W/a, dead network, W
+    bit-identical to the previous logging point, and the iteration at which the step stopped
+    it for the loss target (−1: not stopped). The first rule that holds decides: stopped by
+    the step (``loss_target`` at that iteration), ``diverged``, objective below the target
+    (``loss_target``), ``dead``, ``frozen``, ``max_iters`` (t ≥ cap).
+    """
+    out: list[tuple[str, int] | None] = []
+    for i in range(len(stop_iter)):
+        if stop_iter[i] >= 0:
+            out.append(("loss_target", int(stop_iter[i])))
+        elif diverged[i]:
+            out.append(("diverged", t))
+        elif below[i]:
+            out.append(("loss_target", t))
+        elif dead[i]:
+            out.append(("dead", t))
+        elif same[i]:
+            out.append(("frozen", t))
+        elif t >= cap:
+            out.append(("max_iters", t))
+        else:
+            out.append(None)
+    return out
 
 
 def _train_group(specs: list[RunSpec], cfg: TrainConfig, ck: Path | None, progress: bool, desc: str,
@@ -536,21 +595,16 @@ def _train_group(specs: list[RunSpec], cfg: TrainConfig, ck: Path | None, progre
         done_idx, done_rows, done_its, done_reasons = [], [], [], []
         same = (b.W == b.W_prev).flatten(1).all(1).cpu().tolist() if t > 0 else [False] * R
         below = (loss < target).cpu().tolist()
-        for i in range(R):
-            if stop_it[i] >= 0:
-                reason, it = "loss_target", stop_it[i]
-            elif below[i]:
-                reason, it = "loss_target", t
-                if conv.final_step and t < cfg.max_iters:  # the pre-step row, as the reference logs it
-                    _append_row(histories[b.keys[i]], rows[i], t)
-            elif same[i]:
-                reason, it = "frozen", t
-            elif t >= cfg.max_iters:
-                reason, it = "max_iters", t
-            else:
+        diverged = nonfinite_runs(loss, b.W, b.a).cpu().tolist()
+        dead = dead_runs(b.W, b.X).cpu().tolist()
+        for i, stop in enumerate(classify_stops(below, diverged, dead, same, stop_it, t, cfg.max_iters)):
+            if stop is None:
                 if t > 0:
                     _append_row(histories[b.keys[i]], rows[i], t)
                 continue
+            reason, it = stop
+            if reason == "loss_target" and stop_it[i] < 0 and conv.final_step and t < cfg.max_iters:
+                _append_row(histories[b.keys[i]], rows[i], t)  # the pre-step row, as the reference logs it
             done_idx.append(i)
             done_rows.append(rows[i])
             done_its.append(it)
@@ -627,7 +681,15 @@ def _write_checkpoint(ck: Path, fingerprint: str, run_fps: dict[str, str], b: _B
 
 
 def lambda_from_exp(exp: int, base: float = 4.0) -> float:
-    return float(base) ** int(exp)
+    """λ = base^exp, refused (ValueError) where it is not a finite float64 > 0."""
+    try:
+        lam = float(base) ** int(exp)
+    except OverflowError:
+        lam = float("inf")
+    if not (math.isfinite(lam) and lam > 0):
+        raise ValueError(f"λ exponent {exp}: {base:g}^{exp} is not a finite float64 > 0; "
+                         f"allowed: {math.ceil(-1074 / math.log2(base))} <= e <= {math.floor(1023 / math.log2(base))}")
+    return lam
 
 
 __all__ = ["TrainConfig", "RunSpec", "RunResult", "TrainingInterrupted",

@@ -85,8 +85,11 @@ def pairwise_angle_stats(W: torch.Tensor, mask: torch.Tensor) -> dict[str, torch
 
 
 def nuclear_norm(W: torch.Tensor) -> torch.Tensor:
-    """Σ of singular values of each W (R, m, d)."""
-    return torch.linalg.svdvals(W).sum(-1)
+    """Σ of singular values of each W (R, m, d); NaN for a W with a non-finite entry (a diverged
+    run: such W are zeroed before the SVD, which would fail on them, so no host sync is needed)."""
+    finite = torch.isfinite(W).flatten(1).all(1)
+    safe = torch.where(finite[:, None, None], W, torch.zeros((), dtype=W.dtype, device=W.device))
+    return torch.where(finite, torch.linalg.svdvals(safe).sum(-1), torch.full_like(finite, float("nan"), dtype=W.dtype))
 
 
 def init_groups(z: torch.Tensor, s: torch.Tensor, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
