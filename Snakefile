@@ -12,7 +12,7 @@ from snakemake.utils import min_version, validate
 
 min_version("9.0")
 sys.path.insert(0, str(Path(workflow.basedir, "src")))
-from shallowrelu.workflow_config import check_unknown_keys, coerce_cli_strings, load_schema
+from shallowrelu.workflow_config import check_config, load_schema
 
 
 # The default config of this checkout, also when run with --directory elsewhere.
@@ -20,10 +20,10 @@ configfile: str(Path(workflow.basedir, "config", "config.yaml"))
 
 
 # Nested --config values arrive as strings: parse them where the schema wants numbers etc.;
-# name unknown keys with the allowed ones; then validate (and fill in defaults).
+# name unknown keys with the allowed ones and bad values by their dotted key with what is
+# allowed (one line, before any job runs); then validate again, filling in defaults.
 _schema = load_schema(Path(workflow.basedir, "workflow", "schemas", "config.schema.yaml"))
-coerce_cli_strings(config, _schema)
-check_unknown_keys(config, _schema)
+check_config(config, _schema)
 validate(config, "workflow/schemas/config.schema.yaml")
 
 

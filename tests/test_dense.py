@@ -121,14 +121,14 @@ def test_fast_stops_inside_blocks(device, monkeypatch):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_fast_frozen_stop_matches_reference(device, mode):
-    """All output weights negative: every neuron dies and the weights freeze; same iteration."""
+    """All output weights negative: every neuron dies (stop reason `dead`, not `frozen`); same iteration."""
     tr = make_trial("centred", 4, 12, 5)
     tr_neg = dataclasses.replace(tr, s=-np.abs(tr.s))
     specs = [RunSpec(tr_neg, 4.0, "neg"), RunSpec(tr, 4.0**-2, "mixed")]
     cfg = TrainConfig(stable_phase="off", max_iters=20000, n_log=40, device=device, engine="fast")
     results = train(specs, cfg, progress=False)
     ref = _check(results[0], tr_neg, 4.0, 20000, 40)
-    assert ref.stop_reason == "frozen"
+    assert ref.stop_reason == "dead"
     _check(results[1], tr, 4.0**-2, 20000, 40)
 
 

@@ -12,12 +12,12 @@ import torch
 
 from shallowrelu import kernels
 from shallowrelu.bench import light_batch
-from shallowrelu.steppers import grouped
-from shallowrelu.steppers.base import StepRule
-from shallowrelu.steppers.dense import FastStepper
 from shallowrelu.datasets import make_trial
 from shallowrelu.engine import RunSpec, TrainConfig, train
 from shallowrelu.model import get_convention, reference_train
+from shallowrelu.steppers import grouped
+from shallowrelu.steppers.base import StepRule
+from shallowrelu.steppers.dense import FastStepper
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

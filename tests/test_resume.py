@@ -109,8 +109,7 @@ def _kill_after_checkpoint(monkeypatch, when):
 
     def wrapper(ck, *args, **kwargs):
         original(ck, *args, **kwargs)
-        with open(ck, "rb") as fh:
-            st = pickle.load(fh)
+        st = engine.read_checkpoint(ck)
         seen.append(st["log_index"])
         if when(st):
             raise _Killed(st["log_index"])
@@ -133,8 +132,7 @@ def test_in_process_kill_resumes_bit_identical(tmp_path, monkeypatch, capsys, re
             _train(tmp_path, _cfg())
     ck = _ck(tmp_path)
     assert ck.exists()
-    with open(ck, "rb") as fh:
-        li_killed = pickle.load(fh)["log_index"]
+    li_killed = engine.read_checkpoint(ck)["log_index"]
     written = {p: p.stat().st_mtime_ns for p in _json_files(tmp_path)}
     assert bool(written) == (where == "after_runs_finished")
     capsys.readouterr()
@@ -169,8 +167,7 @@ def test_kill_between_run_files_and_checkpoint(tmp_path, monkeypatch, capsys, re
     assert len(calls) == 1 and len(_json_files(tmp_path)) == 1
     first = _json_files(tmp_path)[0]
     mtime, digest = first.stat().st_mtime_ns, hashlib.sha256(first.read_bytes()).hexdigest()
-    with open(_ck(tmp_path), "rb") as fh:
-        st = pickle.load(fh)
+    st = engine.read_checkpoint(_ck(tmp_path))
     assert not st["finished"], "the checkpoint predates the finished run"
     capsys.readouterr()
     _train(tmp_path, _cfg())
@@ -287,9 +284,8 @@ def _start_and_wait(cmd: list[str], ready, timeout: float = 120.0) -> subprocess
 
 def _checkpoint_state(ck: Path) -> dict | None:
     try:
-        with open(ck, "rb") as fh:
-            return pickle.load(fh)
-    except (OSError, EOFError, pickle.UnpicklingError):
+        return engine.read_checkpoint(ck)
+    except (OSError, EOFError, ValueError, pickle.UnpicklingError):
         return None
 
 

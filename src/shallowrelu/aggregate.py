@@ -3,6 +3,9 @@
 ``runs.csv``: one row per run (columns ``RUN_COLUMNS``; angles over J+, SPEC §3).
 ``cells.csv``: one row per (scheme, d, m, λ, metric) with median/std/min/max/n over trials, as
 in the paper's Tables 1–12, and the paper's median/std alongside (``data/reference_tables.csv``).
+Runs that stopped as ``diverged`` keep their row in runs.csv (``stop_reason``) with empty
+metrics; the cells leave them out of the statistics and count them (``n_diverged``), and count
+the runs whose network died (``n_dead``, kept in the statistics: their values are finite).
 ``table{N}.tex``: each paper table N (1–12) for the cells of our grid, ours beside the paper's.
 
 Run as ``python -m shallowrelu.aggregate --trials JSON --reference CSV --out-dir DIR``.
@@ -21,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .io import atomic_write_text, read_json, run_stem
+from .io import atomic_write_text, read_json, regenerate_hint, run_stem
 
 RUN_COLUMNS = [
     "scheme", "d", "m", "seed", "lambda_exp", "lambda", "loss_convention", "iterations", "stop_reason",
@@ -31,7 +34,8 @@ RUN_COLUMNS = [
 ]
 METRICS = ["max_angle_deg", "mean_angle_deg", "nuclear_norm"]
 CELL_KEYS = ["scheme", "d", "m", "lambda_exp", "metric"]
-CELL_COLUMNS = CELL_KEYS + ["median", "std", "min", "max", "n", "paper_median", "paper_std", "table", "figure"]
+CELL_COLUMNS = CELL_KEYS + ["median", "std", "min", "max", "n", "paper_median", "paper_std", "table", "figure",
+                            "n_diverged", "n_dead"]
 METRIC_LABELS = {"max_angle_deg": "maximum angle (degrees)", "mean_angle_deg": "mean angle (degrees)",
                  "nuclear_norm": "nuclear norm of $W$"}
 # Which paper table shows which (figure, metric, scheme) (Tables 1-6: Fig 7; 7-12: Fig 8).
@@ -46,10 +50,13 @@ PAPER_TABLES = {
 
 
 def run_row(summary: dict[str, Any]) -> dict[str, Any]:
-    """One runs.csv row from a run's summary JSON (headline angles: J+ under the job's active rule)."""
+    """One runs.csv row from a run's summary JSON (headline angles: J+ under the job's active rule;
+    NaN metrics for a run that diverged)."""
     if not summary.get("complete"):
         raise ValueError(f"run summary is not complete: {summary.get('run')}")
     run, fin, prov = summary["run"], summary["final"], summary.get("provenance", {})
+    if summary["stop_reason"] == "diverged":  # its final measurements mean nothing
+        fin = {k: v for k, v in fin.items() if k not in ("max_angle_pos_deg", "mean_angle_pos_deg", "nuclear_norm")}
     return {
         "scheme": run["scheme"], "d": int(run["d"]), "m": int(run["m"]), "seed": int(run["seed"]),
         "lambda_exp": int(run["lambda_exp"]), "lambda": float(run["lambda"]),
@@ -75,7 +82,11 @@ def load_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
         p = Path(p)
         if p.suffix != ".json":
             p = p.with_suffix(".json")
-        rows.append(run_row(read_json(p)))
+        try:
+            rows.append(run_row(read_json(p)))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            why = f"no key {exc}" if isinstance(exc, KeyError) else str(exc).removeprefix(f"{p}: ")
+            raise ValueError(f"run summary {p} is unusable ({why}); {regenerate_hint(p)}") from None
     df = pd.DataFrame(rows, columns=RUN_COLUMNS)
     for col in ("n_pos", "n_pos_end"):
         df[col] = pd.array([None if not np.isfinite(x) else int(x) for x in df[col].astype(float)], dtype="Int64")
@@ -119,13 +130,18 @@ def cell_stats(runs: pd.DataFrame, reference: pd.DataFrame | None = None) -> pd.
     rows = []
     if len(runs):
         for (scheme, d, m, e), grp in runs.groupby(["scheme", "d", "m", "lambda_exp"], sort=True):
+            reasons = grp["stop_reason"].astype(str) if "stop_reason" in grp else pd.Series([], dtype=str)
+            diverged, dead = int((reasons == "diverged").sum()), int((reasons == "dead").sum())
             for metric in METRICS:
                 v = grp[metric].to_numpy(float)
+                if len(reasons):
+                    v = v[(reasons != "diverged").to_numpy()]
                 v = v[np.isfinite(v)]
                 stats = ((np.median(v), np.std(v), v.min(), v.max()) if v.size else (math.nan,) * 4)
                 rows.append(dict(scheme=scheme, d=int(d), m=int(m), lambda_exp=int(e), metric=metric,
-                                 median=stats[0], std=stats[1], min=stats[2], max=stats[3], n=int(v.size)))
-    cells = pd.DataFrame(rows, columns=CELL_KEYS + ["median", "std", "min", "max", "n"])
+                                 median=stats[0], std=stats[1], min=stats[2], max=stats[3], n=int(v.size),
+                                 n_diverged=diverged, n_dead=dead))
+    cells = pd.DataFrame(rows, columns=CELL_KEYS + ["median", "std", "min", "max", "n", "n_diverged", "n_dead"])
     if reference is not None:
         cells = cells.merge(reference, on=CELL_KEYS, how="left")
     for col in CELL_COLUMNS:
@@ -233,7 +249,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         paths = trial_paths(trials)
         missing = [str(x) for x in paths if not x.exists()]
         if missing:
-            raise ValueError(f"{len(missing)} run summaries missing, e.g. {missing[0]}")
+            raise ValueError(f"{len(missing)} run summaries missing, e.g. {missing[0]}; "
+                             f"{regenerate_hint(missing[0], missing=True)}")
         runs = load_runs(paths)
         cells = cell_stats(runs, load_reference(args.reference))
         written = write_tables(runs, cells, args.out_dir, figures)

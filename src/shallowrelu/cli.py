@@ -136,6 +136,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return COMMANDS[args.command](args)
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:  # bad input, or a file that cannot be written (a full disk)
         parser.exit(2, f"{parser.prog} {args.command}: error: {exc}\n")
     return 1

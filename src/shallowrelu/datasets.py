@@ -94,7 +94,8 @@ class Trial:
         """Balanced initialisation at scale λ: returns (W, a) with W = λ z, a_j = s_j ‖w_j‖."""
         check_lambda(lam)
         W = lam * self.z
-        a = self.s * np.linalg.norm(W, axis=1)
+        with np.errstate(over="ignore"):  # a huge λ overflows to inf: the engine stops that run as diverged
+            a = self.s * np.linalg.norm(W, axis=1)
         return W, a
 
     # -- portable storage -------------------------------------------------------------

@@ -6,7 +6,10 @@ same arithmetic as :func:`shallowrelu.model.reference_train` (the oracle). Stopp
 per run and needs no host synchronisation: a run whose objective (evaluated before the step)
 is below the target stops at that iteration and receives zero updates from then on; at
 logging points finished runs are written out and leave the batch, and a run whose hidden
-weights are bit-identical to those at the previous logging point stops as ``frozen``.
+weights are bit-identical to those at the previous logging point stops as ``frozen``. At
+logging points a run whose objective, W or a is not finite stops as ``diverged`` and one whose
+every neuron is inactive on every training point (all gradients vanish for ever) as ``dead``
+(the order of the rules: :func:`classify_stops`); the other runs of the batch train on.
 
 Measurements (SPEC §3) are taken at the ~``n_log`` logging points and at each run's final
 state. Checkpoints of the whole batch can be written at logging points (atomically) and a
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import pickle
 import signal
@@ -39,6 +43,7 @@ from .measure import append_row, end_rule_stats, final_summary, measure, stack_h
 from .model import batched_loss_and_gradients, get_convention, log_iterations
 from .steppers.base import Stepper, StepRule
 from .steppers.select import ENGINES, make_stepper
+from .stops import classify_stops, dead_runs, nonfinite_runs
 
 ACTIVE_RULES = ("init", "end")
 STABLE_PHASE = ("auto", "on", "off")
@@ -237,6 +242,22 @@ def _sigterm_flag(enabled: bool):
 
 
 CHECKPOINT_FORMAT = 3  # 3: per-trial data in the batch (batch.Batch)
+CHECKPOINT_KEYS = {"batch", "histories", "log_index", "elapsed", "finished", "runs"}
+CHECKPOINT_MAGIC = b"shallowrelu checkpoint sha256\n"
+
+
+def read_checkpoint(ck: Path) -> Any:
+    """The state in checkpoint file ``ck``: its SHA-256 checked first, so that a truncated or
+    corrupted file raises ValueError instead of unpickling into wrong numbers (~60% of single-bit
+    flips of a plain pickle still load). A file without the header is read as a plain pickle
+    (checkpoints written before the header)."""
+    data = Path(ck).read_bytes()
+    if not data.startswith(CHECKPOINT_MAGIC):
+        return pickle.loads(data)
+    digest, payload = data[len(CHECKPOINT_MAGIC):len(CHECKPOINT_MAGIC) + 32], data[len(CHECKPOINT_MAGIC) + 32:]
+    if hashlib.sha256(payload).digest() != digest:
+        raise ValueError("checksum mismatch (truncated or corrupted)")
+    return pickle.loads(payload)
 
 
 def _spec_fingerprints(specs: Sequence[RunSpec]) -> dict[str, str]:
@@ -267,12 +288,14 @@ def _load_checkpoint(ck: Path, cfg_fp: str, run_fps: dict[str, str], desc: str) 
     uninterrupted job, but are not returned again.
     """
     try:
-        with open(ck, "rb") as fh:
-            st = pickle.load(fh)
+        st = read_checkpoint(ck)
         ok = (isinstance(st, dict) and st.get("format") == CHECKPOINT_FORMAT and st.get("fingerprint") == cfg_fp
               and all(st["runs"].get(k) == h for k, h in run_fps.items()))
-    except Exception as exc:  # unreadable or from another version: start afresh
-        print(f"[{desc}] ignoring unreadable checkpoint {ck}: {exc}", file=sys.stderr)
+        if ok and (missing := CHECKPOINT_KEYS - set(st)):
+            raise ValueError(f"no {', '.join(sorted(missing))}")
+    except Exception as exc:  # unreadable, damaged or from another version: start afresh
+        print(f"[{desc}] warning: ignoring unreadable checkpoint {ck} ({type(exc).__name__}: {exc}); "
+              "training from the start", file=sys.stderr)
         return None
     if not ok:
         print(f"[{desc}] ignoring checkpoint {ck}: it belongs to other settings or runs", file=sys.stderr)
@@ -282,10 +305,12 @@ def _load_checkpoint(ck: Path, cfg_fp: str, run_fps: dict[str, str], desc: str) 
 
 def _write_checkpoint(ck: Path, state: dict[str, Any]) -> None:
     """Save the batch at a logging point (after its stop decisions) atomically: temp file, fsync,
-    rename, so a kill at any moment leaves either the previous or the new checkpoint."""
+    rename, so a kill at any moment leaves either the previous or the new checkpoint. The file is
+    CHECKPOINT_MAGIC, the SHA-256 of the pickle, the pickle (read_checkpoint checks the hash)."""
+    payload = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
     with _atomic_path(ck, ".pkl") as tmp:
         with open(tmp, "wb") as fh:
-            pickle.dump(state, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            fh.write(CHECKPOINT_MAGIC + hashlib.sha256(payload).digest() + payload)
             fh.flush()
             os.fsync(fh.fileno())
 
@@ -343,25 +368,25 @@ class _Job:
     # -- one logging point ----------------------------------------------------------------
     def _reasons(self, rows: list[dict[str, Any]], t: int) -> list[tuple[int, int, str]]:
         """(run position, final iteration, stop reason) of the runs that end at logging point t
-        (same order of tests as the reference trainer); the others' rows go to their histories."""
+        (stops.classify_stops: the reference trainer's order); the others' rows go to their
+        histories."""
         b, cfg, conv = self.b, self.cfg, self.conv
         stop_it = b.stop_iter.cpu().tolist()
         same = (b.W == b.W_prev).flatten(1).all(1).cpu().tolist() if t > 0 else [False] * b.n_runs
-        below = [float(r["loss"]) < conv.target for r in rows]
+        loss = torch.tensor([float(r["loss"]) for r in rows], dtype=b.W.dtype, device=b.W.device)
+        below = (loss < conv.target).tolist()
+        diverged = nonfinite_runs(loss, b.W, b.a).cpu().tolist()
+        dead = dead_runs(b.W, b.X, b.trial).cpu().tolist()
         done = []
-        for i in range(b.n_runs):
-            if stop_it[i] >= 0:
-                done.append((i, stop_it[i], "loss_target"))
-            elif below[i]:
-                if conv.final_step and t < cfg.max_iters:  # the pre-step row, as the reference logs it
+        for i, stop in enumerate(classify_stops(below, diverged, dead, same, stop_it, t, cfg.max_iters)):
+            if stop is None:
+                if t > 0:
                     append_row(self.histories[b.keys[i]], rows[i], t)
-                done.append((i, t, "loss_target"))
-            elif same[i]:
-                done.append((i, t, "frozen"))
-            elif t >= cfg.max_iters:
-                done.append((i, t, "max_iters"))
-            elif t > 0:
-                append_row(self.histories[b.keys[i]], rows[i], t)
+                continue
+            reason, it = stop
+            if reason == "loss_target" and stop_it[i] < 0 and conv.final_step and t < cfg.max_iters:
+                append_row(self.histories[b.keys[i]], rows[i], t)  # the pre-step row, as the reference logs it
+            done.append((i, it, reason))
         return done
 
     def _finish(self, done: list[tuple[int, int, str]], rows: list[dict[str, Any]]) -> list[RunResult]:
@@ -462,7 +487,15 @@ def _train_group(specs: list[RunSpec], cfg: TrainConfig, ck: Path | None, progre
 
 
 def lambda_from_exp(exp: int, base: float = 4.0) -> float:
-    return float(base) ** int(exp)
+    """λ = base^exp, refused (ValueError) where it is not a finite float64 > 0."""
+    try:
+        lam = float(base) ** int(exp)
+    except OverflowError:
+        lam = float("inf")
+    if not (math.isfinite(lam) and lam > 0):
+        raise ValueError(f"λ exponent {exp}: {base:g}^{exp} is not a finite float64 > 0; "
+                         f"allowed: {math.ceil(-1074 / math.log2(base))} <= e <= {math.floor(1023 / math.log2(base))}")
+    return lam
 
 
 __all__ = ["TrainConfig", "RunSpec", "RunResult", "TrainingInterrupted", "train", "resolve_device",

@@ -14,18 +14,30 @@ labels, ``teacher_vectors`` (k, d) and ``teacher_signs`` (k,) (labels are
 at W = λ z, a_j = s_j ‖λ z_j‖), ``eval_{name}_X`` / ``eval_{name}_y`` for the evaluation
 sets, and ``meta_*`` scalars. Any implementation can replay a run from it.
 
-Every write goes to a temporary file in the target directory and is renamed into place, so
-a killed job never leaves a file that looks complete.
+Every write goes to a temporary file ``.NAME.*.tmp`` in the target directory and is renamed
+into place, so a killed job never leaves a file that looks complete (a temporary file left by a
+killed write is removed by the next write of the same file). Files get the usual permissions
+``0o666 & ~umask``, not the temporary file's 0600. An error while writing (a full disk, say) is
+raised as an OSError naming the file, and the temporary file is removed.
+
+Summary JSON files are strict JSON: a non-finite number (a diverged run's loss, say) is written
+as the string "NaN", "Infinity" or "-Infinity"; :func:`read_json` turns these back into floats.
 """
 
 from __future__ import annotations
 
+import glob
 import json
+import math
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
+import threading
+import zipfile
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -58,8 +70,44 @@ def run_stem(root: str | Path, scheme: str, d: int, m: int, seed: int, lambda_ex
     return trial_dir(root, scheme, d, m, seed) / f"lam{lambda_tag(lambda_exp)}"
 
 
+_UMASK_LOCK = threading.Lock()
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where Linux shows it (/proc/self/status);
+    elsewhere by setting and restoring it under a lock."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    with _UMASK_LOCK:
+        mask = os.umask(0o077)
+        os.umask(mask)
+    return mask
+
+
+def _remove_stale_temps(path: Path, suffix: str, keep: Path) -> None:
+    """Remove temporary files of earlier writes of ``path`` that a killed process left behind."""
+    for old in path.parent.glob(f".{glob.escape(path.name)}.*{glob.escape(suffix)}.tmp"):
+        if old != keep:
+            old.unlink(missing_ok=True)
+
+
+def _naming(exc: OSError, path: Path) -> OSError:
+    """``exc`` as the same kind of error about ``path``: '[Errno 28] No space left on device: PATH'."""
+    if exc.errno is None:
+        return OSError(f"cannot write {path}: {exc}")
+    return type(exc)(exc.errno, exc.strerror or os.strerror(exc.errno), str(path))
+
+
 @contextmanager
 def _atomic_path(path: str | Path, suffix: str) -> Iterator[Path]:
+    """A temporary path to write ``path``'s content to; on success it is given the umask's
+    permissions and renamed to ``path``. On any error it is removed; an OSError is raised again
+    naming ``path`` (e.g. a full disk)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix + ".tmp")
@@ -67,10 +115,14 @@ def _atomic_path(path: str | Path, suffix: str) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        os.chmod(tmp_path, 0o666 & ~current_umask())  # mkstemp made it 0600
         os.replace(tmp_path, path)
+    except OSError as exc:
+        raise _naming(exc, path) from exc
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+    _remove_stale_temps(path, suffix, tmp_path)
 
 
 def atomic_save_npz(path: str | Path, arrays: dict[str, Any]) -> None:
@@ -101,13 +153,67 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
+NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _finite_json(obj: Any) -> Any:
+    """``obj`` with every non-finite float (also in numpy scalars and arrays) as its NONFINITE string."""
+    if isinstance(obj, (float, np.floating)):
+        x = float(obj)
+        return x if math.isfinite(x) else ("NaN" if math.isnan(x) else ("Infinity" if x > 0 else "-Infinity"))
+    if isinstance(obj, dict):
+        return {k: _finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_json(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _finite_json(obj.tolist())
+    return obj
+
+
+def _from_json(obj: Any) -> Any:
+    """Inverse of :func:`_finite_json`: the NONFINITE strings back into floats."""
+    if isinstance(obj, str):
+        return NONFINITE.get(obj, obj)
+    if isinstance(obj, dict):
+        return {k: _from_json(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_from_json(v) for v in obj]
+    return obj
+
+
 def atomic_write_json(path: str | Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default, allow_nan=True) + "\n")
+    """Write ``obj`` as strict JSON (non-finite numbers as strings, module docstring) atomically."""
+    text = json.dumps(_finite_json(obj), indent=2, sort_keys=True, default=_json_default, allow_nan=False)
+    atomic_write_text(path, text + "\n")
 
 
 def read_json(path: str | Path) -> Any:
+    """A JSON file written by :func:`atomic_write_json`, with non-finite numbers as floats again
+    (ValueError naming the file if it is not valid JSON, e.g. truncated)."""
     with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
+        try:
+            return _from_json(json.load(fh))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc})") from None
+
+
+_RUN_FILE = re.compile(r"^(?P<root>.*)/(?P<scheme>[^/]+)/d(?P<d>\d+)/m(?P<m>\d+)/seed(?P<seed>\d+)/"
+                       r"(?:lam(?P<tag>0|[pm]\d+)\.(?:json|npz)|trial\.npz)$")
+
+
+NPZ_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)  # a truncated or corrupted .npz
+
+
+def regenerate_hint(path: str | Path, missing: bool = False) -> str:
+    """How to make a missing or damaged run file (or trial.npz) again, for error messages."""
+    m = _RUN_FILE.match(Path(path).as_posix())
+    how = ("rerun snakemake" if missing else "delete it and rerun snakemake") + " (it retrains that trial's job)"
+    if m is None:
+        return how
+    exps = str(parse_lambda_tag(m["tag"])) if m["tag"] else "<the λ exponents>"
+    return (f"{how}, or outside the workflow: python -m shallowrelu train --scheme {m['scheme']} --d {m['d']} "
+            f"--m {m['m']} --seeds {m['seed']} --lambda-exps {exps} --out {m['root'] or '.'} "
+            "(with the settings it was trained with; unreadable runs are retrained)")
 
 
 def check_writable_dir(path: str | Path) -> Path:

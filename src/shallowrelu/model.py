@@ -28,6 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .stops import dead_runs, nonfinite_runs
+
 
 @dataclass(frozen=True)
 class LossConvention:
@@ -158,10 +160,12 @@ def reference_train(
     At iteration t (state θ_t after t steps) the objective is evaluated first; if it is below
     the target the run stops (``loss_target``): with ``iterations = t`` and θ_t, or, when the
     convention has ``final_step`` and t < ``max_iters``, after taking that iteration's step,
-    with ``iterations = t + 1`` and θ_{t+1} (the authors' loop). At logging points the hidden
-    weights are compared with those at the previous logging point and the run stops
-    (``frozen``) if they are bit-identical. Otherwise it stops after ``max_iters`` steps. The
-    last logged loss is that of the returned state.
+    with ``iterations = t + 1`` and θ_{t+1} (the authors' loop). At logging points, in this
+    order: a non-finite objective, W or a stops the run (``diverged``, checked before the loss
+    target); a network with no neuron active on any training point stops (``dead``,
+    stops.dead_runs); hidden weights bit-identical to those at the previous logging point stop
+    it (``frozen``). Otherwise it stops after ``max_iters`` steps. The last logged loss is that
+    of the returned state.
     """
     Xt = torch.as_tensor(X, dtype=torch.float64)[None]
     yt = torch.as_tensor(y, dtype=torch.float64)[None]
@@ -179,6 +183,9 @@ def reference_train(
         if t in log_set:
             iters.append(t)
             losses.append(loss)
+            if bool(nonfinite_runs(loss_t, W, a)[0]):
+                reason = "diverged"
+                break
         if loss < convention.target:
             reason = "loss_target"
             if convention.final_step and t < max_iters:
@@ -186,6 +193,9 @@ def reference_train(
                 a = a - convention.lr * ga
                 t += 1
                 loss = float(batched_objective(W, a, Xt, yt, convention.kappa)[0])
+            break
+        if t in log_set and bool(dead_runs(W, Xt)[0]):
+            reason = "dead"
             break
         if t in log_set and t > 0:
             if W_prev is not None and torch.equal(W, W_prev):

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .io import atomic_write_json, run_stem
+from .io import NPZ_ERRORS, _atomic_path, atomic_write_json, regenerate_hint, run_stem
 
 SCHEME_LABELS = {"centred": "centred", "uncentred": "uncentred"}
 METRIC_LABELS = {
@@ -198,8 +197,24 @@ def angle_figure(cells, spec: dict[str, Any], paper: bool = True):
     trials = "/".join(map(str, n_trials)) + (" trial" if n_trials == [1] else " trials")
     fig.suptitle(f"{fig_name.replace('fig', 'Figure ')}: medians over {trials} "
                  f"(lines, band = min–max); paper's medians = open markers", fontsize=10)
+    fig.text(0.5, 0.0, failed_runs_note(cells), ha="center", va="top", fontsize=8, color="firebrick")
     fig.tight_layout()
     return fig
+
+
+def failed_runs_note(cells) -> str:
+    """'' or a note naming the cells with diverged runs (left out of the statistics) or dead
+    networks (kept), from cells.csv's ``n_diverged`` and ``n_dead`` (one row per cell)."""
+    if not len(cells) or "n_diverged" not in cells:
+        return ""
+    per_cell = cells.drop_duplicates(["scheme", "d", "m", "lambda_exp"])
+    parts = []
+    for col, what in (("n_diverged", "diverged (left out)"), ("n_dead", "dead networks (kept)")):
+        bad = per_cell[per_cell[col].fillna(0) > 0]
+        if len(bad):
+            where = ", ".join(f"{r.scheme} d={r.d} m={r.m} λ=4^{r.lambda_exp}" for r in bad.itertuples())
+            parts.append(f"{int(bad[col].sum())} runs {what}: {where}")
+    return "; ".join(parts)
 
 
 # --- Figs 2, 9 ----------------------------------------------------------------------------
@@ -208,12 +223,15 @@ def load_history(stem: str | Path, keys: Sequence[str]) -> dict[str, np.ndarray]
     """History arrays of one run (``history_<key>`` in its .npz)."""
     stem = Path(stem)
     path = stem if stem.suffix == ".npz" else stem.with_suffix(".npz")
-    with np.load(path) as z:
-        missing = [k for k in keys if f"history_{k}" not in z.files]
-        if missing:
-            raise KeyError(f"{path} has no history for {missing}; available: "
-                           f"{sorted(f.removeprefix('history_') for f in z.files if f.startswith('history_'))}")
-        return {k: np.asarray(z[f"history_{k}"]) for k in keys}
+    try:
+        with np.load(path) as z:
+            missing = [k for k in keys if f"history_{k}" not in z.files]
+            if missing:
+                raise KeyError(f"{path} has no history for {missing}; available: "
+                               f"{sorted(f.removeprefix('history_') for f in z.files if f.startswith('history_'))}")
+            return {k: np.asarray(z[f"history_{k}"]) for k in keys}
+    except NPZ_ERRORS as exc:  # truncated or corrupted
+        raise ValueError(f"run history {path} is unreadable ({exc}); {regenerate_hint(path)}") from None
 
 
 def loss_curves_figure(curves: Sequence[tuple[int, dict[str, np.ndarray]]], spec: dict[str, Any],
@@ -270,17 +288,8 @@ def save_figure(fig, stem: str | Path, formats: Sequence[str] = ("pdf", "png")) 
     written = []
     for fmt in formats:
         path = stem.parent / f"{stem.name}.{fmt}"
-        fd, tmp = tempfile.mkstemp(dir=stem.parent, prefix=f".{path.name}.", suffix=f".{fmt}")
-        os.close(fd)
-        try:
+        with _atomic_path(path, f".{fmt}") as tmp:  # the umask's permissions; a killed save's leftover goes
             fig.savefig(tmp, format=fmt)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; use the usual permissions
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
         written.append(path)
     axes_path = stem.parent / f"{stem.name}.axes.json"
     atomic_write_json(axes_path, {"figure": stem.name, "axes": describe_axes(fig)})

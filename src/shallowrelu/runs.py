@@ -4,13 +4,18 @@ A job is one or more trials (scheme, d, m, seed) with their λ grid: all runs tr
 as one batch. Each run gets ``lam{e}.npz`` (history arrays and final W, a) and ``lam{e}.json``
 (summary and provenance) beside its trial's ``trial.npz`` (layout in io.py). A run whose
 summary already exists with the same settings is not retrained; the batch's checkpoint lets a
-killed job resume.
+killed job resume. A run whose ``.json`` or ``.npz`` is unreadable (truncated, corrupted) is not
+current: it is retrained, with a warning naming the file; an unreadable ``trial.npz`` is
+rewritten (it is made from the scheme, d, m, seed and ρ alone). A run that stops as
+``diverged`` or ``dead`` is written like any other, with a one-line warning.
 """
 
 from __future__ import annotations
 
 import hashlib
+import sys
 import time
+import zipfile
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -19,7 +24,7 @@ import numpy as np
 
 from .datasets import Trial, make_trial
 from .engine import RunResult, RunSpec, TrainConfig, lambda_from_exp, train
-from .io import atomic_save_npz, atomic_write_json, provenance, read_json, run_stem, trial_dir
+from .io import NPZ_ERRORS, atomic_save_npz, atomic_write_json, provenance, read_json, run_stem, trial_dir
 
 SUMMARY_VERSION = 1
 
@@ -28,18 +33,57 @@ def run_key(scheme: str, d: int, m: int, seed: int, lambda_exp: int) -> str:
     return f"{scheme}/d{d}/m{m}/seed{seed}/lam{lambda_exp}"
 
 
+NPZ_REQUIRED = ("W_final.npy", "a_final.npy", "history_iteration.npy")
+
+
+def npz_problem(path: Path) -> str | None:
+    """Why the run history ``path`` cannot be used (not a complete zip, a bad checksum, arrays
+    missing), or None if it reads back whole."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            bad = zf.testzip()
+            names = set(zf.namelist())
+    except NPZ_ERRORS as exc:
+        return f"not a readable .npz ({exc})"
+    if bad is not None:
+        return f"corrupted (bad checksum of {bad})"
+    if missing := [n for n in NPZ_REQUIRED if n not in names]:
+        return f"incomplete (no {', '.join(missing)})"
+    return None
+
+
+def run_file_problem(stem: Path) -> tuple[Path, str] | None:
+    """The first of a run's existing files (``.json``, ``.npz``) that cannot be used, and why."""
+    js, npz = stem.with_suffix(".json"), stem.with_suffix(".npz")
+    if js.exists():
+        try:
+            summ = read_json(js)
+        except (OSError, ValueError) as exc:
+            return js, f"not readable JSON ({exc})"
+        if not isinstance(summ, dict) or summ.get("complete") is not True:
+            return js, "not a complete run summary"
+    if npz.exists() and (why := npz_problem(npz)) is not None:
+        return npz, why
+    return None
+
+
 def summary_is_current(path: Path, cfg: TrainConfig, run: dict | None = None) -> bool:
     """True when ``path`` is a complete summary written with the same training settings (and,
-    if ``run`` is given, the same values of its keys in the summary's ``run`` block, e.g. ρ)."""
+    if ``run`` is given, the same values of its keys in the summary's ``run`` block, e.g. ρ),
+    beside a history ``.npz`` that reads back whole."""
     if not path.exists() or not path.with_suffix(".npz").exists():
         return False
     try:
         summ = read_json(path)
     except (OSError, ValueError):
         return False
+    if not isinstance(summ, dict):
+        return False
     if run is not None and any(summ.get("run", {}).get(k) != v for k, v in run.items()):
         return False
-    return summ.get("config_fingerprint") == cfg.fingerprint() and summ.get("complete") is True
+    if summ.get("config_fingerprint") != cfg.fingerprint() or summ.get("complete") is not True:
+        return False
+    return npz_problem(path.with_suffix(".npz")) is None
 
 
 def checkpoint_path(root: str | Path, scheme: str, d: int, m: int, seeds: Sequence[int],
@@ -85,9 +129,31 @@ def _trial_file_matches(path: Path, tr: Trial) -> bool:
         return False
     try:
         old = Trial.load(path)
-    except Exception:
+    except Exception as exc:
+        _warn(f"{path} is unreadable ({type(exc).__name__}: {exc}); writing it again")
         return False
     return old.rho == tr.rho and np.array_equal(old.X, tr.X) and np.array_equal(old.z, tr.z)
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+STOP_WARNINGS = {
+    "diverged": "diverged (non-finite loss or weights) at iteration {it:,}; try a smaller --lr or λ",
+    "dead": "died at iteration {it:,}: no neuron is active on any training point (all gradients are 0); "
+            "try a smaller --lr",
+}
+
+
+def stop_warning(res: RunResult) -> str | None:
+    """The one-line warning for a run that stopped as ``diverged`` or ``dead``, else None."""
+    text = STOP_WARNINGS.get(res.stop_reason)
+    if text is None:
+        return None
+    tr = res.spec.trial
+    return (f"run {tr.scheme} d={tr.d} m={tr.m} seed={tr.seed} λ=4^{res.spec.lambda_exp} "
+            + text.format(it=res.iterations) + f" (its files are written with stop_reason '{res.stop_reason}')")
 
 
 def train_trials(
@@ -122,6 +188,8 @@ def train_trials(
             stems.append(stem)
             if not force and summary_is_current(stem.with_suffix(".json"), cfg, {"rho": tr.rho, "n": tr.n}):
                 continue
+            if not force and (problem := run_file_problem(stem)) is not None:
+                _warn(f"{problem[0]} is {problem[1]}; training that run again")
             specs.append(RunSpec(tr, lam, run_key(scheme, d, m, seed, e), lambda_exp=int(e)))
     ck = checkpoint_path(root, scheme, d, m, seeds, lambda_exps)
     if not specs:
@@ -132,12 +200,12 @@ def train_trials(
     def on_result(res: RunResult) -> None:
         tr = res.spec.trial
         write_run(root, res, cfg, trial_dir(root, tr.scheme, tr.d, tr.m, tr.seed) / "trial.npz")
+        if (text := stop_warning(res)) is not None:
+            _warn(text)
 
     train(specs, cfg, checkpoint=ck, progress=progress, on_result=on_result,
           desc=f"{scheme} d={d} m={m} seeds={list(seeds)}")
     if progress:
-        import sys
-
         print(f"[{scheme} d={d} m={m}] {len(specs)} runs trained in {time.monotonic() - start:.1f} s",
               file=sys.stderr)
     return stems

@@ -7,6 +7,12 @@ Two things the schema validator alone does badly:
   back into numbers, booleans, null or lists wherever the schema asks for a non-string.
 * an unknown key should be named with the keys allowed at that place; ``check_unknown_keys``
   raises a short ValueError saying exactly that (the validator prints the whole schema).
+* a bad value should be named by its full dotted key with what is allowed there;
+  ``check_values`` raises a one-line ValueError such as "config key train.max_iters: got 'abc'
+  (a string); allowed: an integer >= 1" (jsonschema's own messages name neither).
+
+``check_config`` runs the three in order; the Snakefile calls it before Snakemake's validation
+(which then only fills in the defaults), so a bad config fails before any job runs.
 
 ``prepend_pythonpath`` lets every job import the package of the checkout it runs from.
 """
@@ -143,3 +149,156 @@ def prepend_pythonpath(path: str | Path) -> str:
     if path not in parts:
         os.environ["PYTHONPATH"] = os.pathsep.join([path, *parts])
     return os.environ["PYTHONPATH"]
+
+
+# --- values ---------------------------------------------------------------------------------
+
+
+def check_config(config: dict[str, Any], schema: dict[str, Any]) -> None:
+    """Coerce command-line strings, then reject unknown keys and bad values (one-line ValueError)."""
+    coerce_cli_strings(config, schema)
+    check_unknown_keys(config, schema)
+    check_values(config, schema)
+
+
+def check_values(config: Any, schema: dict[str, Any]) -> None:
+    """Raise ValueError naming the first bad value by its dotted key, with what the schema allows."""
+    import jsonschema
+    from jsonschema.exceptions import relevance
+
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = list(validator.iter_errors(config))
+    if errors:
+        raise ValueError(_message(_innermost(max(errors, key=relevance)), schema))
+
+
+def _innermost(err: Any) -> Any:
+    """For a failed anyOf/oneOf, the error inside the alternative meant (the one whose ``const``
+    keys match, else the one with fewest errors) when it concerns a deeper key."""
+    from jsonschema.exceptions import relevance
+
+    while err.validator in ("anyOf", "oneOf") and err.context:
+        branches: dict[int, list[Any]] = {}
+        for sub in err.context:
+            branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+        matching = [b for b in branches.values() if not any(e.validator == "const" for e in b)]
+        if not matching:  # no alternative is meant (e.g. an unknown 'family'): name them all
+            break
+        inner = max(min(matching, key=len), key=relevance)
+        if len(inner.absolute_path) <= len(err.absolute_path):
+            break
+        err = inner
+    return err
+
+
+def _key(path: Any) -> str:
+    """Dotted key of a jsonschema path: train.max_iters, grid.seeds[0]."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(the whole config)"
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    for typ, name in ((bool, "a boolean"), (int, "an integer"), (float, "a number"), (str, "a string"),
+                      (list, "a list"), (dict, "a mapping")):
+        if isinstance(value, typ):
+            return name
+    return type(value).__name__
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _discriminator(err: Any) -> str | None:
+    """For a failed oneOf/anyOf of mappings told apart by one key's ``const`` (appendix_g's
+    ``family``) when that key matches none of them: the message about that key, else None."""
+    consts = [e for e in err.context if e.validator == "const"]
+    paths = {tuple(e.absolute_path) for e in consts}
+    n_alternatives = len({e.relative_schema_path[0] for e in err.context})
+    if len(paths) != 1 or len(consts) != n_alternatives or len(next(iter(paths))) <= len(err.absolute_path):
+        return None
+    value = consts[0].instance
+    allowed = " or ".join(repr(e.validator_value) for e in consts)
+    return f"config key {_key(next(iter(paths)))}: got {_shown(value)} ({_kind(value)}); allowed: {allowed}"
+
+
+def _message(err: Any, root: dict[str, Any]) -> str:
+    key, node = _key(err.absolute_path), err.schema
+    if err.validator in ("anyOf", "oneOf") and err.context and (text := _discriminator(err)):
+        return text
+    if err.validator == "required":
+        missing = [k for k in err.validator_value if k not in err.instance]
+        sub = node.get("properties", {}).get(missing[0], {}) if missing else {}
+        return (f"config key {key}.{missing[0]} is missing; it is required there, allowed: "
+                f"{describe(sub, root)}")
+    if "propertyNames" in err.schema_path:
+        return f"config key {key}: name {_shown(err.instance)} not allowed; allowed: names {describe(node, root)}"
+    value = err.instance
+    return f"config key {key}: got {_shown(value)} ({_kind(value)}); allowed: {describe(node, root)}"
+
+
+def _range(node: dict[str, Any]) -> str:
+    lo = ("[", node["minimum"]) if "minimum" in node else ("(", node["exclusiveMinimum"]) \
+        if "exclusiveMinimum" in node else None
+    hi = ("]", node["maximum"]) if "maximum" in node else (")", node["exclusiveMaximum"]) \
+        if "exclusiveMaximum" in node else None
+    if lo and hi:
+        return f" in {lo[0]}{lo[1]}, {hi[1]}{hi[0]}"
+    if lo:
+        return f" {'>=' if lo[0] == '[' else '>'} {lo[1]}"
+    if hi:
+        return f" {'<=' if hi[0] == ']' else '<'} {hi[1]}"
+    return ""
+
+
+def _describe_type(t: str, node: dict[str, Any], root: dict[str, Any]) -> str:
+    if t in ("integer", "number"):
+        return ("an integer" if t == "integer" else "a number") + _range(node)
+    if t == "string":
+        text = "a non-empty string" if node.get("minLength", 0) >= 1 else "a string"
+        return text + (f" matching {node['pattern']}" if "pattern" in node else "")
+    if t == "boolean":
+        return "true or false"
+    if t == "array":
+        extra = [f"at least {node['minItems']}"] if node.get("minItems") else []
+        extra += ["no repeats"] if node.get("uniqueItems") else []
+        items = f" each {describe(node['items'], root)}" if isinstance(node.get("items"), dict) else ""
+        return "a list" + (f" ({', '.join(extra)})" if extra else "") + (f" of items{items}" if items else "")
+    if t == "object":
+        props = node.get("properties", {})
+        if props:
+            req = set(node.get("required", []))
+            keys = ", ".join(f"{k}{' (required)' if k in req else ''}"
+                             + (f" = {props[k]['const']!r}" if "const" in props[k] else "") for k in props)
+            return f"a mapping with keys {keys}"
+        extra = node.get("additionalProperties")
+        if isinstance(extra, dict):
+            least = f" (at least {node['minProperties']})" if node.get("minProperties") else ""
+            return f"a mapping of names to values{least} each {describe(extra, root)}"
+        return "a mapping"
+    return t
+
+
+def describe(node: dict[str, Any], root: dict[str, Any]) -> str:
+    """What the schema ``node`` allows, in words: 'an integer >= 1', "one of 'authors', 'paper'"."""
+    node = _resolve(node, root)
+    alternatives = node.get("anyOf") or node.get("oneOf")
+    if alternatives:
+        return " or ".join(f"({describe(a, root)})" if " or " in describe(a, root) else describe(a, root)
+                           for a in alternatives)
+    if "const" in node:
+        return repr(node["const"])
+    if "enum" in node:
+        return "one of " + ", ".join(repr(v) for v in node["enum"])
+    t = node.get("type")
+    types = t if isinstance(t, list) else [t] if t else []
+    parts = [_describe_type(x, node, root) for x in types if x != "null"]
+    parts += ["null"] if "null" in types else []
+    if not parts and "pattern" in node:
+        parts = [f"matching {node['pattern']}"]
+    return " or ".join(parts) or "any value"

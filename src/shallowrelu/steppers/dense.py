@@ -171,6 +171,8 @@ class FastStepper:
             q_of_col = (self.col_slot.view(S, C) - torch.arange(S, device=dev)[:, None] * Q)
             onehot.scatter_(1, q_of_col[:, None, :], 1.0)
             self.onehot = onehot
+            self.onehot_mask = onehot > 0
+            self.zero = torch.zeros((), dtype=dt, device=dev)
             self.select = torch.empty_like(onehot)
         self.graph = None
         self.redone_blocks = 0
@@ -215,8 +217,11 @@ class FastStepper:
         torch.bmm(self.W, self.XgT, out=self.preT)  # (S, C, n): pre-activations, neurons × points
         torch.clamp_min(self.preT, 0.0, out=self.act)
         if self.select is not None:  # h(x_i) of each run slot
-            torch.mul(self.onehot, self.a.view(S, 1, C), out=self.select)
-            torch.bmm(self.select, self.act, out=self.h.view(S, Q, n))
+            # a diverged run's inf/NaN must not reach the other runs' h through the zeros of the
+            # selector (0·inf = NaN): select by where, and act's non-finite entries count as 0 here
+            torch.where(self.onehot_mask, self.a.view(S, 1, C), self.zero, out=self.select)
+            torch.nan_to_num(self.act, nan=0.0, posinf=0.0, out=self.msk)
+            torch.bmm(self.select, self.msk, out=self.h.view(S, Q, n))
         else:
             torch.mul(self.act, self.a.view(S, C, 1), out=self.msk)
             self.h.zero_()
