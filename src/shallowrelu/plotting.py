@@ -2,7 +2,8 @@
 
 Figures 1, 7, 8 (SPEC §4): max angle, mean angle between active hidden neurons (J+, SPEC §3)
 and nuclear norm of W against λ = 4^e, log-log, medians over trials with the paper's medians
-overlaid. Figures 2, 9: training loss (log-x) and test loss (linear-x) against the iteration.
+overlaid. Figures 2, 9: training loss (log-x) and test loss (linear-x) against the iteration,
+both with log-y as in the paper.
 Every figure is saved as PDF + PNG with a small ``.axes.json`` that records what each axes
 shows (labels, scales, number of curves), so tests can check a figure without looking at it.
 
@@ -210,11 +211,11 @@ def load_history(stem: str | Path, keys: Sequence[str]) -> dict[str, np.ndarray]
 
 
 def loss_curves_figure(curves: Sequence[tuple[int, dict[str, np.ndarray]]], spec: dict[str, Any],
-                       loss_label: str = "training loss", test_logy: bool = True):
-    """Fig 2 / 9: left, training loss vs iteration (log-x); right, test loss vs iteration (linear x).
+                       loss_label: str = "training loss"):
+    """Fig 2 / 9: left, training loss vs iteration (log-x); right, test loss vs iteration (linear x);
+    both losses on log-y, as in the paper's figures.
 
     ``curves``: (λ exponent, history with 'iteration', 'loss', 'loss_<test_set>') per run.
-    ``test_logy``: log scale for the test loss, which shows its slow decrease after the fit.
     """
     import matplotlib.pyplot as plt
 
@@ -227,13 +228,13 @@ def loss_curves_figure(curves: Sequence[tuple[int, dict[str, np.ndarray]]], spec
         ax_tr.plot(it[pos], h["loss"][pos], color=colour, label=rf"$\lambda = 4^{{{e}}}$")
         ax_te.plot(it, h[test_key], color=colour, label=rf"$\lambda = 4^{{{e}}}$")
     ax_tr.set_xscale("log")
+    ax_tr.set_yscale("log")
     ax_tr.set_xlabel("iteration")
     ax_tr.set_ylabel(loss_label)
     ax_tr.set_title("training loss")
     ax_te.set_xlabel("iteration")
     ax_te.ticklabel_format(axis="x", style="sci", scilimits=(0, 3))
-    if test_logy:
-        ax_te.set_yscale("log")
+    ax_te.set_yscale("log")
     ax_te.set_ylabel(f"test loss ({TEST_SET_LABELS.get(spec['test_set'], spec['test_set'])})")
     ax_te.set_title("test loss")
     ax_tr.legend(loc="best")
