@@ -70,8 +70,8 @@ class VerdictConfig:
     max_enumerate: int = 50_000  # enumerate every 5-subset up to this many (N <= 24 for k = 5)
     draws_seed: int = 0  # seed of the random subsets
     paper_sig_digits: int = 4  # significant digits of the paper's printed values (0: read them as exact)
-    holdout_splits: int = 200  # held-out baseline: random splits into 5 "paper" trials and the rest (0: off)
-    holdout_draws: int = 1000  # ... and random 5-subsets of the rest for its std distribution
+    holdout_splits: int = 100  # held-out baseline: random splits into 5 "paper" trials and the rest (0: off)
+    holdout_draws: int = 500  # ... and random 5-subsets of the rest for its std distribution
 
     def validate(self) -> VerdictConfig:
         if self.paper_std_ddof not in (0, 1):
