@@ -69,7 +69,8 @@ def test_sampled_std_distribution_close_to_exact():
     values = rng.lognormal(0.0, 1.0, 30)  # C(30, 5) = 142506 > max_enumerate
     _, stds = _brute(values)
     targets = np.quantile(stds, [0.03, 0.3, 0.7])
-    res = V.sampling_verdicts([values] * 3, [np.median(values)] * 3, targets, V.VerdictConfig(paper_sig_digits=0))
+    cfg = V.VerdictConfig(paper_sig_digits=0, paper_std_ddof=0)
+    res = V.sampling_verdicts([values] * 3, [np.median(values)] * 3, targets, cfg)
     assert res["method"][0] == "exact median, sampled std" and res["n_subsets"][0] == V.VerdictConfig().n_draws
     exact = [_midp(stds, t) for t in targets]
     assert res["std_pct"] == pytest.approx(exact, abs=0.015)  # > 4 standard errors of 2e4 draws
@@ -132,7 +133,7 @@ def simulation():
     rng = np.random.default_rng(7)
     ours = [_straggler_population(rng, 40) for _ in range(300)]
     paper = [_straggler_population(rng, 5) for _ in range(300)]
-    cfg = V.VerdictConfig(n_draws=4000, holdout_splits=100, holdout_draws=500)
+    cfg = V.VerdictConfig(paper_std_ddof=0, n_draws=4000, holdout_splits=100, holdout_draws=500)  # np.std: ddof 0
     t0 = time.perf_counter()
     faithful = V.sampling_verdicts(ours, V.round_sig(np.array([np.median(p) for p in paper]), 4),
                                    V.round_sig(np.array([np.std(p) for p in paper]), 4), cfg)

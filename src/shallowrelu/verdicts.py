@@ -65,7 +65,7 @@ _CHUNK_FLOATS = 6_000_000  # float64 values of one (cells × subsets × k) gathe
 class VerdictConfig:
     """How the sampling distributions are built and the paper's values read (docs/report.md)."""
 
-    paper_std_ddof: int = 0  # the paper's std convention (0: population, 1: sample); evidence: std_convention_evidence
+    paper_std_ddof: int = 1  # the paper's std convention (0: population, 1: sample); evidence: std_convention_evidence
     n_draws: int = 20_000  # random 5-subsets when C(N, 5) > max_enumerate
     max_enumerate: int = 50_000  # enumerate every 5-subset up to this many (N <= 24 for k = 5)
     draws_seed: int = 0  # seed of the random subsets

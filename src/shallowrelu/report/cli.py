@@ -109,14 +109,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 def std_convention(runs_csv: Path, cells_csv: Path, reference_csv: Path, cfg: VerdictConfig,
-                   convention: str | None = None):
-    """The std-convention evidence table (verdicts.std_convention_evidence per metric and overall)
-    for the covered cells of an aggregated grid."""
-    from .compare import std_convention_table
-    from .inputs import collect_inputs
+                   convention: str | None = None, by: tuple[str, ...] = ("metric",), exclude_capped: bool = False):
+    """The std-convention evidence table (verdicts.std_convention_evidence, overall and per group of
+    ``by``) for the covered cells of an aggregated grid; ``exclude_capped`` leaves out the cells with
+    a run stopped at a cap below the paper's (their spread may still have been moving)."""
+    from ..engine import TrainConfig
+    from .compare import std_convention_table, stop_summary
+    from .inputs import CELL_KEY, collect_inputs
 
     inp = collect_inputs(runs_csv, cells_csv, reference_csv, convention=convention)
-    return std_convention_table(inp.cells[inp.cells["paper_median"].notna()], inp.runs, cfg)
+    cells = inp.cells[inp.cells["paper_median"].notna()]
+    if exclude_capped:
+        stops = stop_summary(inp.runs, [], TrainConfig().max_iters)
+        capped = stops.loc[stops["n_capped_below_paper"] > 0, CELL_KEY]
+        cells = cells.merge(capped, on=CELL_KEY, how="left", indicator=True)
+        cells = cells[cells["_merge"] == "left_only"].drop(columns="_merge")
+    return std_convention_table(cells, inp.runs, cfg, by)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,6 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     for name, what in (("runs", "runs.csv"), ("cells", "cells.csv"), ("reference", "the paper's reference_tables.csv")):
         s.add_argument(f"--{name}", required=True, type=Path, help=what)
     s.add_argument("--convention", default=None, help="loss convention of the runs (default: authors if present)")
+    s.add_argument("--by", default="metric",
+                   help="comma-separated columns to group the cells by besides 'all' (default: metric; e.g. "
+                        "scheme,d or table)")
+    s.add_argument("--exclude-capped", action="store_true",
+                   help="leave out cells with runs stopped at a cap below the paper's 2e7 iterations")
     s.add_argument("--out", type=Path, default=None, help="also write the table as CSV here")
     _add_verdict_options(s)
     args = p.parse_args(argv)
@@ -142,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "json-tables":
             atomic_write_text(args.out, json_tables_tex(args.files))
             return 0
-        table = std_convention(args.runs, args.cells, args.reference, _verdict_config(args), args.convention)
+        table = std_convention(args.runs, args.cells, args.reference, _verdict_config(args), args.convention,
+                               tuple(c.strip() for c in args.by.split(",") if c.strip()), args.exclude_capped)
     except ValueError as exc:
         p.exit(2, f"{p.prog}: error: {exc}\n")
     print(table.to_string(index=False, float_format=lambda x: f"{x:.3g}"))

@@ -279,10 +279,15 @@ def arccos_comparison(runs, th: Thresholds):
     return pd.DataFrame(rows, columns=cols)
 
 
-def std_convention_table(ucmp, runs, cfg: VerdictConfig):
-    """:func:`shallowrelu.verdicts.std_convention_evidence` over the covered cells, per metric and all."""
+def std_convention_table(ucmp, runs, cfg: VerdictConfig, by: tuple[str, ...] = ("metric",)):
+    """:func:`shallowrelu.verdicts.std_convention_evidence` over the covered cells: all, and per
+    group of the columns ``by`` (e.g. metric; scheme and d)."""
     import pandas as pd
 
-    rows = std_convention_evidence(cell_values(ucmp, runs), ucmp["paper_std"].to_numpy(float), cfg,
-                                   groups=list(ucmp["metric"]))
+    missing = [c for c in by if c not in ucmp.columns]
+    if missing:
+        raise ValueError(f"cannot group the std-convention evidence by {missing}; allowed: any of "
+                         f"{', '.join(CELL_KEY + ['metric', 'table'])}")
+    groups = [" ".join(str(v) for v in key) for key in ucmp[list(by)].itertuples(index=False, name=None)]
+    rows = std_convention_evidence(cell_values(ucmp, runs), ucmp["paper_std"].to_numpy(float), cfg, groups=groups)
     return pd.DataFrame(rows)
