@@ -177,6 +177,11 @@ def worse(a, b) -> np.ndarray:
     return np.where(sa >= sb, a, b)
 
 
+def _cum(weights: np.ndarray) -> np.ndarray:
+    """Cumulative weights from 0 (the ``cum_weights`` of :func:`mid_cdf`)."""
+    return np.concatenate([[0.0], np.cumsum(weights)])
+
+
 def quantile_lower(sorted_values: np.ndarray, cum_weights: np.ndarray, q: float) -> float:
     """Smallest value whose cumulative probability P(X <= value) is at least q."""
     i = int(np.searchsorted(cum_weights[1:], q - 1e-12, side="left"))
@@ -190,7 +195,7 @@ def median_band(values: Sequence[float], band: tuple[float, float] = BAND,
     v, _ = finite_values(values)
     if v.size < max(MIN_TRIALS, k):
         return math.nan, math.nan
-    cw = np.concatenate([[0.0], np.cumsum(median_weights(v.size, k))])
+    cw = _cum(median_weights(v.size, k))
     return quantile_lower(v, cw, band[0]), quantile_lower(v, cw, band[1])
 
 
@@ -216,10 +221,6 @@ def _empty(n_cells: int) -> dict[str, np.ndarray]:
     return out
 
 
-def _cum(weights: np.ndarray) -> np.ndarray:
-    return np.concatenate([[0.0], np.cumsum(weights)])
-
-
 def _paper_p(sorted_values, cum_weights, x: float, digits: int) -> tuple[float, float]:
     """(mid-p percentile at the printed value, two-sided p over its rounding interval)."""
     if not np.isfinite(x):
@@ -229,11 +230,16 @@ def _paper_p(sorted_values, cum_weights, x: float, digits: int) -> tuple[float, 
     return pct, float(interval_p(sorted_values, cum_weights, np.array([x - h]), np.array([x + h]))[0])
 
 
+def _rounded_interval(x: np.ndarray, digits: int) -> tuple[np.ndarray, np.ndarray]:
+    """The interval a value printed like the paper's (``digits`` significant digits) stands for."""
+    r = round_sig(x, digits)
+    h = half_unit(r, digits)
+    return r - h, r + h
+
+
 def _draw_p(sorted_values, cum_weights, draws: np.ndarray, digits: int) -> np.ndarray:
     """Two-sided p of each drawn statistic, rounded as the paper rounds, in the same distribution."""
-    r = round_sig(draws, digits)
-    h = half_unit(r, digits)
-    return interval_p(sorted_values, cum_weights, r - h, r + h)
+    return interval_p(sorted_values, cum_weights, *_rounded_interval(draws, digits))
 
 
 def _std(x: np.ndarray, ddof: int) -> np.ndarray:
@@ -242,19 +248,13 @@ def _std(x: np.ndarray, ddof: int) -> np.ndarray:
     return np.sqrt((dev * dev).sum(axis=-1) / (x.shape[-1] - ddof))
 
 
-def _rounded_interval(x: np.ndarray, digits: int) -> tuple[np.ndarray, np.ndarray]:
-    r = round_sig(x, digits)
-    h = half_unit(r, digits)
-    return r - h, r + h
-
-
 def holdout_rates(values: np.ndarray, cfg: VerdictConfig, k: int = PAPER_TRIALS) -> tuple[float, float, float]:
     """What a faithful reproduction scores with our trial count: hold out k of the n sorted values
     as "the paper's trials" (their median and std rounded as the paper rounds), judge them against
     the k-subset distributions of the other n − k, repeat over ``cfg.holdout_splits`` random splits.
     Returns the consistent rates (median, std, both); NaNs when fewer than ``RECOMMENDED_TRIALS``
-    remain or ``cfg.holdout_splits`` is 0. Pessimistic by the k trials held out: with n − k values the distributions are
-    estimated worse than with n."""
+    remain or ``cfg.holdout_splits`` is 0. Pessimistic by the k trials held out: with n − k values
+    the distributions are estimated worse than with n."""
     n = values.size
     r = n - k
     if r < max(RECOMMENDED_TRIALS, k) or cfg.holdout_splits == 0:
