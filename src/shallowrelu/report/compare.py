@@ -18,6 +18,13 @@ from ..verdicts import SEVERITY, VERDICTS, VerdictConfig, sampling_verdicts, std
 from .inputs import ANGLE_METRICS, CELL_KEY, METRICS, RUN_KEY, explode_tables
 
 KNOWN_STOPS = ("loss_target", "frozen", "max_iters")
+# report_cells.csv: the cell, the paper, ours, the verdict, the stops; then anything else (the ratios)
+CMP_FIRST = CELL_KEY + ["metric", "table", "figure", "paper_median", "paper_std", "median", "std", "min", "max", "n",
+                        "n_finite", "n_nonfinite", "median5_q05", "median5_q95", "median_pct", "median_p",
+                        "median_verdict", "std5_q05", "std5_q95", "std_pct", "std_p", "std_verdict", "verdict",
+                        "baseline_median", "baseline_std", "baseline_both", "holdout_median", "holdout_std",
+                        "holdout_both", "few_trials", "method", "n_subsets", "n_runs", "n_capped",
+                        "n_capped_below_paper", "n_other_stop", "stop_reasons", "iterations_median", "iterations_max"]
 
 
 @dataclass(frozen=True)
@@ -68,13 +75,14 @@ def cell_values(frame, runs, column=lambda metric: metric) -> list[np.ndarray]:
             for k, mt in zip(frame[CELL_KEY].itertuples(index=False, name=None), frame["metric"])]
 
 
-def judge(frame, runs, cfg: VerdictConfig, column=lambda metric: metric):
+def judge(frame, runs, cfg: VerdictConfig, column=lambda metric: metric, baselines: bool = True):
     """The verdict columns (verdicts.COLUMNS; ``n`` renamed ``n_finite``) for each row of ``frame``
-    (CELL_KEY, metric, paper_median, paper_std), from the values ``column(metric)`` of its runs."""
+    (CELL_KEY, metric, paper_median, paper_std), from the values ``column(metric)`` of its runs;
+    the faithful-reproduction baselines only with ``baselines``."""
     import pandas as pd
 
     res = sampling_verdicts(cell_values(frame, runs, column), frame["paper_median"].to_numpy(float),
-                            frame["paper_std"].to_numpy(float), cfg)
+                            frame["paper_std"].to_numpy(float), cfg, baselines=baselines)
     return pd.DataFrame(res, index=frame.index).rename(columns={"n": "n_finite"})
 
 
@@ -114,6 +122,7 @@ def compare_cells(cells, runs, cfg: VerdictConfig, records: list[dict] | None = 
         df[c] = df[c].fillna(0).astype(int)
     df["stop_reasons"] = df["stop_reasons"].fillna("")
     df = explode_tables(df)
+    df = df[[c for c in CMP_FIRST if c in df.columns] + [c for c in df.columns if c not in CMP_FIRST]]
     return df.sort_values(["table", "d", "m", "lambda_exp"], ascending=[True, True, True, False]).reset_index(drop=True)
 
 
@@ -220,7 +229,7 @@ def end_rule_comparison(runs, ucmp, th: Thresholds, cfg: VerdictConfig):
         agg = _paper_lookup(agg, ucmp, metric).rename(columns={"verdict": "verdict_init"})
         agg["verdict_init"] = agg["verdict_init"].fillna("no paper value")
         agg["log10_end_over_init"] = [log10_ratio(a, b) for a, b in zip(agg["end_median"], agg["init_median"])]
-        agg["verdict_end"] = judge(agg, runs, cfg, column=lambda mt: f"end_rule_{mt}")["verdict"]
+        agg["verdict_end"] = judge(agg, runs, cfg, lambda mt: f"end_rule_{mt}", baselines=False)["verdict"]
         parts.append(agg)
     cols = CELL_KEY + ["metric", "table", "init_median", "end_median", "log10_end_over_init", "runs_changed", "n",
                        "n_pos_median", "n_pos_end_median", "paper_median", "verdict_init", "verdict_end"]
@@ -252,7 +261,7 @@ def loss_convention_comparison(runs_all, primary: str, ucmp, cfg: VerdictConfig)
             agg["convention"] = conv
             agg["log10_other_over_primary"] = [log10_ratio(a, b) for a, b in zip(agg["other_median"],
                                                                                  agg["primary_median"])]
-            agg["verdict_other"] = judge(agg, pair, cfg, column=lambda mt: f"{mt}_o")["verdict"]
+            agg["verdict_other"] = judge(agg, pair, cfg, lambda mt: f"{mt}_o", baselines=False)["verdict"]
             parts.append(agg)
     df = pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
     return df.sort_values(CELL_KEY + ["convention"]).reset_index(drop=True), others
