@@ -43,11 +43,11 @@ def consistency_table(summary, key_cols: list[str]):
 
 def _intro(c) -> list[str]:
     u = c.ucmp
-    n = u["n_finite"] if len(u) else [0]
+    trials = f"{int(u['n_finite'].min())}–{int(u['n_finite'].max())}" if len(u) else "–"
     return [
         f"Covered cells: {len(u)} of {len(c.uref)} distinct paper cells ({len(c.cmp)} of "
         f"{len(c.inputs.reference)} table entries); primary loss convention: {c.inputs.primary}; "
-        f"trials per cell: {int(min(n))}–{int(max(n))}.", "",
+        f"trials per covered cell: {trials}.", "",
         "Verdict: where the paper's median and std fall in the distribution of the median and std of 5 of our "
         f"trials drawn without replacement (the paper's std read as ddof = {c.cfg.paper_std_ddof}). consistent: "
         f"two-sided mid-p ≥ {CONSISTENT_P}; tension: ≥ {TENSION_P}; inconsistent: below; a cell is the worse of "
