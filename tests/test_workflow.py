@@ -250,6 +250,7 @@ def test_tiny_end_to_end(tmp_path):
         assert len(axes) == n_axes
         if fig in ("fig2", "fig9"):
             assert axes[0]["xscale"] == "log" and axes[1]["xscale"] == "linear"
+            assert axes[0]["yscale"] == axes[1]["yscale"] == "log"  # both losses on log-y, as in the paper
             assert "loss" in axes[0]["ylabel"] and "test loss" in axes[1]["ylabel"]
             assert axes[0]["n_lines"] == len(tiny["loss_curves"][fig]["lambda_exps"])
         else:

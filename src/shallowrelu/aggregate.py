@@ -2,10 +2,12 @@
 
 ``runs.csv``: one row per run (columns ``RUN_COLUMNS``; angles over J+, SPEC §3).
 ``cells.csv``: one row per (scheme, d, m, λ, metric) with median/std/min/max/n over trials, as
-in the paper's Tables 1–12, and the paper's median/std alongside (``data/reference_tables.csv``).
-Runs that stopped as ``diverged`` keep their row in runs.csv (``stop_reason``) with empty
-metrics; the cells leave them out of the statistics and count them (``n_diverged``), and count
-the runs whose network died (``n_dead``, kept in the statistics: their values are finite).
+in the paper's Tables 1–12, the band in which the median of 5 of our trials falls 90 % of the
+time (``median5_q05``, ``median5_q95``; shallowrelu.verdicts), and the paper's median/std
+alongside (``data/reference_tables.csv``). Runs that stopped as ``diverged`` keep their row in
+runs.csv (``stop_reason``) with empty metrics; the cells leave them out of the statistics and
+count them (``n_diverged``), and count the runs whose network died (``n_dead``, kept in the
+statistics: their values are finite).
 ``table{N}.tex``: each paper table N (1–12) for the cells of our grid, ours beside the paper's.
 
 Run as ``python -m shallowrelu.aggregate --trials JSON --reference CSV --out-dir DIR``.
@@ -25,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from .io import atomic_write_text, read_json, regenerate_hint, run_stem
+from .verdicts import median_band
 
 RUN_COLUMNS = [
     "scheme", "d", "m", "seed", "lambda_exp", "lambda", "loss_convention", "iterations", "stop_reason",
@@ -34,8 +37,8 @@ RUN_COLUMNS = [
 ]
 METRICS = ["max_angle_deg", "mean_angle_deg", "nuclear_norm"]
 CELL_KEYS = ["scheme", "d", "m", "lambda_exp", "metric"]
-CELL_COLUMNS = CELL_KEYS + ["median", "std", "min", "max", "n", "paper_median", "paper_std", "table", "figure",
-                            "n_diverged", "n_dead"]
+STAT_COLUMNS = ["median", "std", "min", "max", "n", "median5_q05", "median5_q95", "n_diverged", "n_dead"]
+CELL_COLUMNS = CELL_KEYS + STAT_COLUMNS + ["paper_median", "paper_std", "table", "figure"]
 METRIC_LABELS = {"max_angle_deg": "maximum angle (degrees)", "mean_angle_deg": "mean angle (degrees)",
                  "nuclear_norm": "nuclear norm of $W$"}
 # Which paper table shows which (figure, metric, scheme) (Tables 1-6: Fig 7; 7-12: Fig 8).
@@ -123,7 +126,8 @@ def load_reference(path: str | Path) -> pd.DataFrame:
 
 
 def cell_stats(runs: pd.DataFrame, reference: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Per-cell median, std (population, ddof = 0), min, max and n over trials; NaNs skipped.
+    """Per-cell median, std (population, ddof = 0), min, max and n over trials (NaNs skipped), and
+    the 5–95 % quantiles of the median of 5 trials drawn without replacement (NaN below 5 trials).
 
     With ``reference`` (load_reference), the paper's values are joined on (scheme, d, m, λ, metric).
     """
@@ -138,10 +142,11 @@ def cell_stats(runs: pd.DataFrame, reference: pd.DataFrame | None = None) -> pd.
                     v = v[(reasons != "diverged").to_numpy()]
                 v = v[np.isfinite(v)]
                 stats = ((np.median(v), np.std(v), v.min(), v.max()) if v.size else (math.nan,) * 4)
+                lo, hi = median_band(v)
                 rows.append(dict(scheme=scheme, d=int(d), m=int(m), lambda_exp=int(e), metric=metric,
                                  median=stats[0], std=stats[1], min=stats[2], max=stats[3], n=int(v.size),
-                                 n_diverged=diverged, n_dead=dead))
-    cells = pd.DataFrame(rows, columns=CELL_KEYS + ["median", "std", "min", "max", "n", "n_diverged", "n_dead"])
+                                 median5_q05=lo, median5_q95=hi, n_diverged=diverged, n_dead=dead))
+    cells = pd.DataFrame(rows, columns=CELL_KEYS + STAT_COLUMNS)
     if reference is not None:
         cells = cells.merge(reference, on=CELL_KEYS, how="left")
     for col in CELL_COLUMNS:

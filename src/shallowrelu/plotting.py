@@ -1,8 +1,10 @@
 """Shared plotting helpers for the figure notebooks (house style, paper overlays, saving).
 
 Figures 1, 7, 8 (SPEC §4): max angle, mean angle between active hidden neurons (J+, SPEC §3)
-and nuclear norm of W against λ = 4^e, log-log, medians over trials with the paper's medians
-overlaid. Figures 2, 9: training loss (log-x) and test loss (linear-x) against the iteration.
+and nuclear norm of W against λ = 4^e, log-log, medians over trials with the band in which a
+median of 5 of our trials falls 90 % of the time (cells.csv ``median5_q05``/``median5_q95``),
+the paper's medians on top. Figures 2, 9: training loss (log-x) and test loss (linear-x)
+against the iteration, both with log-y as in the paper.
 Every figure is saved as PDF + PNG with a small ``.axes.json`` that records what each axes
 shows (labels, scales, number of curves), so tests can check a figure without looking at it.
 
@@ -21,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from .io import NPZ_ERRORS, _atomic_path, atomic_write_json, regenerate_hint, run_stem
+from .verdicts import BAND, MIN_TRIALS, PAPER_TRIALS
 
 SCHEME_LABELS = {"centred": "centred", "uncentred": "uncentred"}
 METRIC_LABELS = {
@@ -33,6 +36,7 @@ LAMBDA_LABEL = r"initialisation scale $\lambda$"
 TEST_SET_LABELS = {"test_4": "4n points from N(0, I)", "test_1": "n points from N(0, I)",
                    "test_q": "n/4 points from N(0, I)", "val": "n fresh training-scheme points"}
 ANGLE_FIGURES = ("fig1", "fig7", "fig8")
+BAND_LABEL = f"band: {100 * (BAND[1] - BAND[0]):.0f}% of {PAPER_TRIALS}-trial medians"
 CURVE_FIGURES = ("fig2", "fig9")
 
 
@@ -133,14 +137,15 @@ def series_colours(n: int) -> list:
 # --- Figs 1, 7, 8 -------------------------------------------------------------------------
 
 def plot_metric_vs_lambda(ax, cells, metric: str, scheme: str, by: str, values: Sequence[int], fixed: int,
-                          paper: bool = True) -> int:
+                          paper: bool = True) -> tuple[int, bool]:
     """One panel: ``metric`` median vs λ (log-log) for each ``by`` value (d or m), the other fixed.
 
-    Shaded band: min–max over trials; open markers: the paper's median (where it has the cell).
-    Returns the number of our curves drawn.
+    Shaded band: where the median of 5 of our trials falls 90 % of the time (cells.csv
+    ``median5_q05``..``median5_q95``; none below 5 trials); open diamonds on top: the paper's
+    median (where it has the cell). Returns (curves drawn, whether some cell had no band).
     """
     other = "m" if by == "d" else "d"
-    drawn = 0
+    drawn, missing_band = 0, False
     for colour, v in zip(series_colours(len(values)), values):
         sel = cells[(cells.metric == metric) & (cells.scheme == scheme) & (cells[by] == v) & (cells[other] == fixed)]
         sel = sel.sort_values("lambda_exp")
@@ -150,23 +155,25 @@ def plot_metric_vs_lambda(ax, cells, metric: str, scheme: str, by: str, values: 
         med = sel["median"].to_numpy(float)
         ok = np.isfinite(med) & (med > 0)
         if ok.any():
-            ax.plot(lam[ok], med[ok], "-o", color=colour, label=f"{by} = {v}")
-            lo, hi = sel["min"].to_numpy(float), sel["max"].to_numpy(float)
+            ax.plot(lam[ok], med[ok], "-s", color=colour, label=f"ours, {by} = {v}")
+            lo, hi = (sel[c].to_numpy(float) if c in sel else np.full(len(sel), np.nan)
+                      for c in ("median5_q05", "median5_q95"))
             band = ok & np.isfinite(lo) & np.isfinite(hi) & (lo > 0)
+            missing_band |= bool((ok & ~band).any())
             if band.sum() > 1:
-                ax.fill_between(lam[band], lo[band], hi[band], color=colour, alpha=0.15, linewidth=0)
+                ax.fill_between(lam[band], lo[band], hi[band], color=colour, alpha=0.18, linewidth=0)
             drawn += 1
         if paper and "paper_median" in sel:
             pm = sel["paper_median"].to_numpy(float)
             okp = np.isfinite(pm) & (pm > 0)
             if okp.any():
-                ax.plot(lam[okp], pm[okp], linestyle="none", marker="o", markersize=6, markerfacecolor="none",
-                        markeredgecolor=colour, markeredgewidth=1.0, label=f"paper, {by} = {v}")
+                ax.plot(lam[okp], pm[okp], linestyle="none", marker="D", markersize=5.5, markerfacecolor="none",
+                        markeredgecolor=colour, markeredgewidth=1.1, zorder=5, label=f"paper, {by} = {v}")
     ax.set_xscale("log", base=4)
     ax.set_yscale("log")
     ax.set_xlabel(LAMBDA_LABEL)
     ax.set_ylabel(METRIC_LABELS[metric])
-    return drawn
+    return drawn, missing_band
 
 
 def angle_figure(cells, spec: dict[str, Any], paper: bool = True):
@@ -187,16 +194,19 @@ def angle_figure(cells, spec: dict[str, Any], paper: bool = True):
     for r, (scheme, fixed) in enumerate(rows):
         for c, metric in enumerate(METRICS):
             ax = axes[r, c]
-            plot_metric_vs_lambda(ax, cells, metric, scheme, by, values, fixed, paper=paper)
+            _, no_band = plot_metric_vs_lambda(ax, cells, metric, scheme, by, values, fixed, paper=paper)
             ax.set_title(f"{scheme}, {other} = {fixed}")
             if metric == "nuclear_norm":
                 ax.axhline(1.0, color="0.4", linestyle=":", linewidth=0.8, label="rank-1 limit (1)")
             if c == 0:
+                ax.fill_between([], [], [], color="0.6", alpha=0.3, linewidth=0, label=BAND_LABEL)
+                if no_band:
+                    ax.plot([], [], linestyle="none", label=f"no band: fewer than {MIN_TRIALS} trials")
                 ax.legend(loc="best", ncol=1 if len(values) < 4 else 2)
     n_trials = sorted({int(x) for x in cells["n"]}) if len(cells) else [0]
     trials = "/".join(map(str, n_trials)) + (" trial" if n_trials == [1] else " trials")
-    fig.suptitle(f"{fig_name.replace('fig', 'Figure ')}: medians over {trials} "
-                 f"(lines, band = min–max); paper's medians = open markers", fontsize=10)
+    fig.suptitle(f"{fig_name.replace('fig', 'Figure ')}: our medians over {trials} (lines; band: 90% of "
+                 f"{PAPER_TRIALS}-trial medians); paper's medians = open diamonds", fontsize=10)
     fig.text(0.5, 0.0, failed_runs_note(cells), ha="center", va="top", fontsize=8, color="firebrick")
     fig.tight_layout()
     return fig
@@ -235,11 +245,11 @@ def load_history(stem: str | Path, keys: Sequence[str]) -> dict[str, np.ndarray]
 
 
 def loss_curves_figure(curves: Sequence[tuple[int, dict[str, np.ndarray]]], spec: dict[str, Any],
-                       loss_label: str = "training loss", test_logy: bool = True):
-    """Fig 2 / 9: left, training loss vs iteration (log-x); right, test loss vs iteration (linear x).
+                       loss_label: str = "training loss"):
+    """Fig 2 / 9: left, training loss vs iteration (log-x); right, test loss vs iteration (linear x);
+    both losses on log-y, as in the paper's figures.
 
     ``curves``: (λ exponent, history with 'iteration', 'loss', 'loss_<test_set>') per run.
-    ``test_logy``: log scale for the test loss, which shows its slow decrease after the fit.
     """
     import matplotlib.pyplot as plt
 
@@ -252,13 +262,13 @@ def loss_curves_figure(curves: Sequence[tuple[int, dict[str, np.ndarray]]], spec
         ax_tr.plot(it[pos], h["loss"][pos], color=colour, label=rf"$\lambda = 4^{{{e}}}$")
         ax_te.plot(it, h[test_key], color=colour, label=rf"$\lambda = 4^{{{e}}}$")
     ax_tr.set_xscale("log")
+    ax_tr.set_yscale("log")
     ax_tr.set_xlabel("iteration")
     ax_tr.set_ylabel(loss_label)
     ax_tr.set_title("training loss")
     ax_te.set_xlabel("iteration")
     ax_te.ticklabel_format(axis="x", style="sci", scilimits=(0, 3))
-    if test_logy:
-        ax_te.set_yscale("log")
+    ax_te.set_yscale("log")
     ax_te.set_ylabel(f"test loss ({TEST_SET_LABELS.get(spec['test_set'], spec['test_set'])})")
     ax_te.set_title("test loss")
     ax_tr.legend(loc="best")
