@@ -58,10 +58,14 @@ def _check(res, spec, max_iters, n_log, target=None):
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+@pytest.mark.parametrize("dense_groups", [False, True])
 @pytest.mark.parametrize("device", DEVICES)
-def test_grouped_matches_reference_across_regimes(counters, device):
+def test_grouped_matches_reference_across_regimes(counters, device, dense_groups, monkeypatch):
     """Lazy to rich λ on both schemes, cap 6000: loss-target stops and capped runs, with groups in
-    the long chunks (and margins refreshed there)."""
+    the long chunks (and margins refreshed there); ``dense_groups``: groups with many points take
+    their g_k and X u_k from matrix products (the compiled path's large-d mode, forced here)."""
+    if dense_groups:
+        monkeypatch.setattr(grouped, "DENSE_MIN_POINTS_X_DIM", 0)
     trials = [make_trial("centred", 8, 40, 3), make_trial("uncentred", 8, 40, 4)]
     specs = [RunSpec(tr, 4.0**e, f"{tr.scheme}{e}") for tr in trials for e in [2, 0, -3, -8]]
     cfg = TrainConfig(max_iters=6000, n_log=12, device=device, stable_phase="on")
@@ -163,6 +167,32 @@ def test_uncertified_block_is_undone_and_the_neuron_demoted(monkeypatch, counter
     cfg = TrainConfig(max_iters=2000, n_log=5, device="cpu", stable_phase="on")
     _check(train([spec], cfg, progress=False)[0], spec, 2000, 5)
     assert counters["demoted"] > 0 and counters["rebuilds"] > 0 and counters["refreshes"] > 1
+
+
+def test_groups_only_steps_in_one_call_match_step_by_step(monkeypatch, kernel):
+    """A rich late state with every live neuron in a group: the whole-step compiled loop
+    (kernels._groups_only_steps) and the step-by-step compiled path give the same state."""
+    if kernel != "numba":
+        pytest.skip("compiled path only")
+    monkeypatch.setattr(grouped, "SAFETY", 0.0)
+    tr = make_trial("uncentred", 16, 25, 0)
+    b = light_batch([RunSpec(tr, 4.0**-7, "k")], torch.device("cpu"))
+    rule = StepRule(2.0, 0.01, -1.0)
+    grouped.GroupedStepper(rule, None, check_every=0).advance(b, 0, 20000)
+    out = []
+    for fused in (True, False):
+        monkeypatch.setattr(kernels, "FUSE_GROUPS_ONLY", fused)
+        bb = light_batch([RunSpec(tr, 4.0**-7, "k")], torch.device("cpu"))
+        bb.W.copy_(b.W)
+        bb.a.copy_(b.a)
+        pc = grouped._Piece(bb, rule, True)
+        pc._build(20000)
+        assert pc.exact_neurons == 0 and pc.groups.G > 0
+        pc._block(512)
+        pc._store()
+        out.append(bb)
+    assert torch.equal(out[0].W, out[1].W) and torch.equal(out[0].a, out[1].a)
+    assert not torch.equal(out[0].W, b.W)
 
 
 def test_kernel_and_torch_step_agree_on_a_late_state(kernel):

@@ -45,7 +45,8 @@ except ImportError:  # pragma: no cover - numba is a dependency, but keep the pa
 
 ENV = "SHALLOWRELU_KERNELS"
 CHOICES = ("auto", "numba", "torch")
-FASTMATH = {"reassoc", "contract"}  # only for the group rows (module docstring)
+FASTMATH = {"reassoc", "contract"}  # only for the groups' loops (module docstring)
+FUSE_GROUPS_ONLY = True  # whole steps in one compiled call when every live neuron is in a sparse group
 
 
 def choice() -> str:
@@ -333,7 +334,7 @@ class StepKernel:
         has_groups = self.groups[5].shape[0] > 0
         if has_groups:
             self._groups(update=False)
-        if has_groups and fs.total_live == 0 and self.Gd == 0:  # groups only: one compiled call
+        if FUSE_GROUPS_ONLY and has_groups and fs.total_live == 0 and self.Gd == 0:  # groups only: one call
             Wg, ag, mem, pts_ptr, pts, slot, dpos = self.groups
             return _groups_only_steps(count, t0, kappa, lr, target, early_exit, self.y0, self.hrow, self.r,
                                       a["running"], a["stop"], a["Xg"], int(fs.Q), Wg, ag, mem, pts_ptr, pts, slot,
