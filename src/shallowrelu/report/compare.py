@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..stops import STOP_REASONS
 from ..verdicts import SEVERITY, VERDICTS, VerdictConfig, sampling_verdicts, std_convention_evidence
 from .inputs import ANGLE_METRICS, CELL_KEY, METRICS, RUN_KEY, explode_tables
 
-KNOWN_STOPS = ("loss_target", "frozen", "max_iters")
+KNOWN_STOPS = STOP_REASONS  # n_other_stop counts anything else
 # report_cells.csv: the cell, the paper, ours, the verdict, the stops; then anything else (the ratios)
 CMP_FIRST = CELL_KEY + ["metric", "table", "figure", "paper_median", "paper_std", "median", "std", "min", "max", "n",
                         "n_finite", "n_nonfinite", "median5_q05", "median5_q95", "median_pct", "median_p",

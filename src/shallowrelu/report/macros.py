@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..stops import STOP_REASONS
 from ..verdicts import BAND, CONSISTENT_P, MIN_TRIALS, RECOMMENDED_TRIALS, TENSION_P, VERDICTS
 from .compare import rel_change
 from .inputs import CELL_KEY, METRIC_MACRO, METRICS, PAPER_TRIALS
@@ -118,9 +119,10 @@ def _setup_macros(M: Macros, c) -> None:
     M.add("NrunsCappedBelowPaper", int(c.ucmp.drop_duplicates(CELL_KEY)["n_capped_below_paper"].sum()))
     M.add("NrunsConverged", int((stop == "loss_target").sum()))
     M.add("NrunsFrozen", int((stop == "frozen").sum()))
-    M.add("NrunsOtherStop", int((~stop.isin(["loss_target", "frozen", "max_iters"])).sum()))
-    M.add("OtherStopReasons", tex_escape(", ".join(sorted(set(stop) - {"loss_target", "frozen", "max_iters"})))
-          or "none")
+    M.add("NrunsDiverged", int((stop == "diverged").sum()))
+    M.add("NrunsDead", int((stop == "dead").sum()))
+    M.add("NrunsOtherStop", int((~stop.isin(STOP_REASONS)).sum()))
+    M.add("OtherStopReasons", tex_escape(", ".join(sorted(set(stop) - set(STOP_REASONS)))) or "none")
     M.add("OurDims", ", ".join(str(x) for x in sorted(runs["d"].unique())))
     M.add("OurWidths", ", ".join(str(x) for x in sorted(runs["m"].unique())))
     M.add("OurSchemes", tex_escape(", ".join(sorted(runs["scheme"].unique()))))
