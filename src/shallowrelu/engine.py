@@ -149,13 +149,16 @@ def final_step(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Tenso
     return W - lr * gW, a - lr * ga
 
 
+PROGRESS_EVERY_S = float(os.environ.get("SHALLOWRELU_PROGRESS_S", "30"))  # plain progress lines in logs
+
+
 class _Progress:
-    """tqdm bar on a terminal, periodic plain lines in logs."""
+    """tqdm bar on a terminal, a plain line every PROGRESS_EVERY_S seconds in logs."""
 
     def __init__(self, total: int, desc: str, enabled: bool):
         self.enabled = enabled
         self.bar = None
-        self.last = time.monotonic()
+        self.last = self.start = time.monotonic()
         self.total = total
         self.desc = desc
         if enabled and sys.stderr.isatty():
@@ -170,10 +173,10 @@ class _Progress:
             self.bar.n = t
             self.bar.set_postfix(running=running, done=done, refresh=False)
             self.bar.refresh()
-        elif time.monotonic() - self.last > 30 or running == 0:
+        elif time.monotonic() - self.last > PROGRESS_EVERY_S or running == 0:
             self.last = time.monotonic()
             print(f"[{self.desc}] iteration {t:,}/{self.total:,} ({100 * t / self.total:.1f}%), "
-                  f"{running} runs training, {done} done", file=sys.stderr, flush=True)
+                  f"{running} runs training, {done} done, {self.last - self.start:.1f} s", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:

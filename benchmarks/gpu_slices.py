@@ -1,0 +1,77 @@
+"""Real-job slices of the paper's Figs 7 + 8 grid (benchmarks/gpu_check.sh, step 4).
+
+For every (d, m) of the grid, ``python -m shallowrelu train`` of 5 centred trials x 16 lambda
+(cap 2e7, the workflow's command) runs for ``--seconds`` and is stopped with SIGTERM (the engine
+then writes a checkpoint at the next logging point and exits). Recorded per job: wall time, the
+iteration reached, the runs finished (their summaries' iterations) and still training, the
+run-iterations done, and the last progress lines. Usable on the CPU too (``--device cpu``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+CONFIGS = [(4, 200), (16, 200), (64, 200), (256, 200), (1024, 200), (1024, 25), (1024, 50)]
+
+
+def slice_job(d: int, m: int, device: str, seconds: float, work: str) -> dict:
+    out = f"{work}/d{d}_m{m}"
+    cmd = [sys.executable, "-m", "shallowrelu", "train", "--scheme", "centred", "--d", str(d), "--m", str(m),
+           "--seeds", "0", "1", "2", "3", "4", "--lambda-exps", "2..-13", "--max-iters", "20000000",
+           "--device", device, "--checkpoint-every", "1e9", "--out", out]
+    env = dict(os.environ, SHALLOWRELU_PROGRESS_S="5")
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        text, _ = proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            text, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            text, _ = proc.communicate()
+    wall = time.monotonic() - t0
+    reached = [int(x.replace(",", "")) for x in re.findall(r"checkpoint written at iteration ([\d,]+)", text)]
+    progress = [(float(sec), int(it.replace(",", "")), int(tr)) for it, tr, sec in
+                re.findall(r"iteration ([\d,]+)/[\d,]+ .*?(\d+) runs training, \d+ done, ([\d.]+) s", text)]
+    t = reached[-1] if reached else (progress[-1][1] if progress else 0)
+    finished = [json.load(open(p))["iterations"] for p in glob.glob(f"{out}/**/lam*.json", recursive=True)]
+    training = 80 - len(finished)
+    return {"d": d, "m": m, "device": device, "wall_s": wall, "iteration_reached": t, "runs_finished": len(finished),
+            "runs_training": training, "run_iterations": sum(finished) + training * t,
+            "progress": progress, "returncode": proc.returncode, "tail": text.strip().splitlines()[-4:]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--seconds", type=float, default=25.0)
+    ap.add_argument("--deadline", type=float, default=None, help="epoch seconds after which no slice starts")
+    ap.add_argument("--work", default="/tmp/slices")
+    ap.add_argument("--out", default="slices.json")
+    args = ap.parse_args()
+    rows = []
+    for d, m in CONFIGS:
+        if args.deadline and time.time() + args.seconds + 30 > args.deadline:
+            print(f"no time left for d={d} m={m}", flush=True)
+            break
+        r = slice_job(d, m, args.device, args.seconds, args.work)
+        rows.append(r)
+        print(f"d={d} m={m}: iteration {r['iteration_reached']:,} in {r['wall_s']:.0f} s, "
+              f"{r['runs_finished']} runs done, {r['run_iterations']:,} run-iterations", flush=True)
+        with open(args.out, "w") as fh:
+            json.dump({"slices": rows, "seconds": args.seconds}, fh, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
