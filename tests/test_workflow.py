@@ -80,14 +80,14 @@ def train_outputs(out: str) -> dict[str, list[str]]:
 
 
 @pytest.mark.parametrize("configfile, n_trials, n_runs", [
-    ("config/config.yaml", 24, 24 * 8 + 2 * 3),     # + λ = 4^-3, 4^-5, 4^-7 of Figs 2 and 9
+    ("config/config.yaml", 80, 80 * 8 + 2 * 3),     # + λ = 4^-3, 4^-5, 4^-7 of Figs 2 and 9
     ("config/paper.yaml", 71, 70 * 16 + 7),         # Fig 9's trial (uncentred, d=16, m=25) is extra
 ])
 def test_dry_run_job_counts_match_grid(tmp_path, configfile, n_trials, n_runs):
     cfg = yaml.safe_load((REPO / configfile).read_text())
     trials = expected_trials(cfg)
     assert len(trials) == n_trials and sum(map(len, trials.values())) == n_runs
-    counts, out = dry_run(tmp_path, configfile)
+    counts, out = dry_run(tmp_path, configfile, config=['train={"seeds_per_job": 1}'])  # one job per trial
     train = {k: v for k, v in counts.items() if k.startswith("train_")}
     assert len(train) == n_trials and set(train.values()) == {1}
     assert {f"train_{s}_d{d}_m{m}_seed{seed}" for s, d, m, seed in trials} == set(train)
@@ -108,7 +108,7 @@ def test_dry_run_job_counts_match_grid(tmp_path, configfile, n_trials, n_runs):
 def test_seeds_per_job_batches_trials_and_declares_the_same_runs(tmp_path):
     """train.seeds_per_job = 3: the trials of one (scheme, d, m, λ set) train as one job; the
     declared run summaries are exactly those of one job per trial."""
-    _, out1 = dry_run(tmp_path, "config/config.yaml")
+    _, out1 = dry_run(tmp_path, "config/config.yaml", config=['train={"seeds_per_job": 1}'])
     counts, out3 = dry_run(tmp_path, "config/config.yaml", config=['train={"seeds_per_job": 3}'])
     one, three = train_outputs(out1), train_outputs(out3)
     assert sorted(p for v in three.values() for p in v) == sorted(p for v in one.values() for p in v)
