@@ -1,31 +1,36 @@
-"""Compiled CPU loops (numba) for the dense and the grouped steppers (steppers/).
+"""Compiled CPU loops (numba) for the compiled and the grouped steppers (steppers/).
 
 On the CPU the step of a batch is a few dozen small tensor operations per iteration, and their
-per-call and per-pass costs, not the arithmetic, set the speed. With these kernels a step is
-a few calls on the same tensors (shared memory): the two matrix products of fast.FastStepper's
-step stay torch's (the same BLAS calls as the torch step), and everything between and after
-them is one compiled loop each:
+per-call and per-pass costs, not the arithmetic, set the speed. With these loops a step is a few
+calls on the same tensors (shared memory). The dense layout's two matrix products stay torch's
+(the same BLAS calls as the torch step, steppers.dense.FastStepper._step); everything between and
+after them is one compiled loop each:
 
-1. ``pre = W·Xᵀ`` per dataset (torch.bmm, as FastStepper._step);
+1. ``pre = W·Xᵀ`` per dataset (torch.bmm);
 2. :func:`_exact_mid`: act = relu(pre), h_q(x_i) = Σ_j act_ij·a_j over the columns in order,
-   r = (y − h_rows) − h_exact, the objective κ·Σr²/(2n) and the stop test at t; the masked
+   r = (y − h_groups) − h_exact, the objective κ·Σr²/(2n) and the stop test at t; the masked
    residuals 1[pre > 0]·r_i for the next product; Σ_i act_ij r_i and the a update
    a ← a − ((Σ act·r)·c)·(lr·go), c = −κ/n (go = 0 for stopped runs);
 3. ``B = mask·X`` (torch.bmm);
-4. :func:`_exact_w`: w ← w − (B·((c·a_j)·go))·lr; in the stable phase :func:`_rows_step`, the
-   pattern-group rows (stable.GroupRows' layout): g_k = Σ_i s_ki r_i x_i, ‖g_k‖ added to the
-   row's certification sum, the a_j·g_k and w_j·g_k updates as GroupRows.update, and the rows'
-   share of h for the next step from u_k = Σ_j a_j w_j — one pass over a row's weights instead
-   of three.
+4. :func:`_exact_w`: w ← w − (B·((c·a_j)·go))·lr;
+5. with pattern groups (steppers.grouped.GroupSet), :func:`_groups_step`: per group k its
+   direction g_k = Σ_{i ∈ P_k} r_i x_i over its points P_k (or, for groups with many points at
+   large n·d, from one matrix product per dataset for all of them), ‖g_k‖ added to the group's
+   certification sum, each member's a_j ← a_j + coef·(w_j·g_k) and w_j ← w_j + (coef·a_j)·g_k
+   in one pass over its weights that also forms u_k = Σ_j a_j w_j, and the group's share of h at
+   the next state, s_ki·(x_i·u_k);
+6. when every live neuron is in a sparse group (no exact neuron, no dense group), steps 1–5 are
+   :func:`_groups_only_steps`: whole steps in one compiled call (Example 31: ~2.5 min for 1.5·10⁸
+   iterations).
 
-Every elementwise operation is strict IEEE in the torch step's order (products rounded before
-they are added, no fused multiply-add): a converged run whose updates round to zero (the
-"frozen" stop rule) depends on those roundings, and reassociating them or contracting them
-into FMAs was measured to change when such runs freeze. Only the group rows' sums (torch does
-them by BLAS, in BLAS's own order) are vectorised (``fastmath`` reassoc/contract). The stop
+Every elementwise operation of steps 2 and 4 is strict IEEE in the torch step's order (products
+rounded before they are added, no fused multiply-add): a converged run whose updates round to
+zero (the "frozen" stop rule) depends on those roundings, and reassociating or contracting them
+into FMAs was measured to change when such runs freeze. Only the groups' loops (whose torch
+counterpart is BLAS, in BLAS's own order) are vectorised (``fastmath`` reassoc/contract). The stop
 test runs every step (it costs nothing here), so no block is redone for the loss target.
 
-Without numba, with ``SHALLOWRELU_KERNELS=torch``, or on CUDA, the torch step is used.
+Without numba, with ``SHALLOWRELU_KERNELS=torch``, or on CUDA, the torch steps are used.
 """
 
 from __future__ import annotations

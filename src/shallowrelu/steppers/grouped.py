@@ -285,7 +285,10 @@ class _Piece:
     def _build(self, t: int) -> None:
         b = self.b
         groups, exact = choose_groups(b, self.exclude, self.coef)
-        fs = FastStepper(b, self.rule, use_graphs=False, blocks=False, dead=~exact, selector=False)
+        # h of the exact neurons: index_add on the CPU (the compiled loops' layout); CUDA's deterministic
+        # selector product there
+        fs = FastStepper(b, self.rule, use_graphs=False, blocks=False, dead=~exact,
+                         selector=False if self.compiled else None)
         fs.load(b, t)
         by_slot = [groups[r] if ok else [] for r, ok in zip(fs.slot_run.tolist(), fs.real.tolist())]
         self.groups = GroupSet(fs, by_slot, self.coef)
