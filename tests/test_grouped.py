@@ -66,6 +66,7 @@ def test_grouped_matches_reference_across_regimes(counters, device, dense_groups
     their g_k and X u_k from matrix products (the compiled path's large-d mode, forced here)."""
     if dense_groups:
         monkeypatch.setattr(grouped, "DENSE_MIN_POINTS_X_DIM", 0)
+        monkeypatch.setattr(grouped, "DENSE_MIN_GROUPS", 1)
     trials = [make_trial("centred", 8, 40, 3), make_trial("uncentred", 8, 40, 4)]
     specs = [RunSpec(tr, 4.0**e, f"{tr.scheme}{e}") for tr in trials for e in [2, 0, -3, -8]]
     cfg = TrainConfig(max_iters=6000, n_log=12, device=device, stable_phase="on")
