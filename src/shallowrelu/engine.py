@@ -1,19 +1,21 @@
-"""Batched full-batch gradient descent over many runs at once, with measurements.
+"""Batched full-batch gradient descent over many runs at once, with measurements: the driving
+loop around the steppers.
 
 All runs of a batch share (n, d, m) and their evaluation-set sizes; each run has its own
-data, initialisation and λ. One step updates every run with batched matrix products and the
-same arithmetic as :func:`shallowrelu.model.reference_train` (the oracle). Stopping is exact
-per run and needs no host synchronisation: a run whose objective (evaluated before the step)
-is below the target stops at that iteration and receives zero updates from then on; at
-logging points finished runs are written out and leave the batch, and a run whose hidden
-weights are bit-identical to those at the previous logging point stops as ``frozen``. At
-logging points a run whose objective, W or a is not finite stops as ``diverged`` and one whose
-every neuron is inactive on every training point (all gradients vanish for ever) as ``dead``
-(the order of the rules: :func:`classify_stops`); the other runs of the batch train on.
+data, initialisation and λ (batch.Batch stores a trial's data once for its λ grid). Between
+logging points a stepper (steppers/: one interface, ``Stepper.advance``; chosen by
+steppers.select from ``engine``, ``stable_phase`` and the device) advances every run with the
+iterates of :func:`shallowrelu.model.reference_train` (the oracle) up to the association of
+sums. Stopping is exact per run and needs no host synchronisation: a run whose objective
+(evaluated before the step) is below the target stops at that iteration and receives zero
+updates from then on. At logging points (this module) the rules of stops.classify_stops decide
+which runs end — loss target, ``diverged``, ``dead``, ``frozen`` (hidden weights bit-identical to
+the previous logging point), the cap — the ``authors`` convention's final step is taken, the
+finished runs are written out and leave the batch, and the others train on.
 
-Measurements (SPEC §3) are taken at the ~``n_log`` logging points and at each run's final
-state. Checkpoints of the whole batch can be written at logging points (atomically) and a
-restarted job resumes from the latest one, bit-identically on the CPU.
+Measurements (SPEC §3, measure.py) are taken at the ~``n_log`` logging points and at each run's
+final state. Checkpoints of the whole batch (checksummed) can be written at logging points
+(atomically) and a restarted job resumes from the latest one, bit-identically on the CPU.
 """
 
 from __future__ import annotations
