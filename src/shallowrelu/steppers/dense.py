@@ -93,35 +93,34 @@ class FastStepper:
 
     # -- layout ---------------------------------------------------------------------------
     def _build(self, b: Any, dead: torch.Tensor | None = None) -> None:
+        """Lay the batch out: columns of live neurons per dataset, run slots, data, buffers."""
         R, m, d = b.W.shape
-        n = b.X.shape[1]
         if dead is None:
             dead = certainly_dead(b.W, b.X, b.trial)  # (R, m)
-        live = (~dead).cpu()
-        S = len(self.groups)
-        Q = max(len(g) for g in self.groups)
-        cols_run, cols_neuron, cols_slot = [], [], []
+        self.S, self.Q = len(self.groups), max(len(g) for g in self.groups)
+        self.n, self.d, self.m = b.X.shape[1], d, m
+        self._columns((~dead).cpu())
+        self._slots(b)
+        self._buffers()
+        self.graph = None
+        self.redone_blocks = 0
+
+    def _columns(self, live: torch.Tensor) -> None:
+        """The columns: dataset s's live neurons of its Q runs side by side, then zero columns up
+        to the widest dataset (C); where each lives in the batch and which run slot it feeds."""
+        S, Q, dev = self.S, self.Q, self.dev
+        per_ds = []
         for g in self.groups:
-            cr, cn, cs = [], [], []
-            for q, r in enumerate(g):
-                idx = torch.nonzero(live[r]).flatten().tolist()
-                cr += [r] * len(idx)
-                cn += idx
-                cs += [q] * len(idx)
-            cols_run.append(cr)
-            cols_neuron.append(cn)
-            cols_slot.append(cs)
-        C = max(1, max(len(c) for c in cols_run))
-        dev = self.dev
-        self.S, self.Q, self.C, self.n, self.d, self.m = S, Q, C, n, d, m
-        # flat column positions (s·C + c) that hold a real neuron, and where it lives in b
+            cols = [(r, int(j), q) for q, r in enumerate(g) for j in torch.nonzero(live[r]).flatten().tolist()]
+            per_ds.append(cols)
+        C = self.C = max(1, max(len(c) for c in per_ds))
         pos, runs, neurons, slot_flat = [], [], [], torch.zeros(S * C, dtype=torch.long)
-        for gi in range(S):
-            k = len(cols_run[gi])
+        for gi, cols in enumerate(per_ds):
+            k = len(cols)
             pos += [gi * C + c for c in range(k)]
-            runs += cols_run[gi]
-            neurons += cols_neuron[gi]
-            slot_flat[gi * C: gi * C + k] = torch.tensor([gi * Q + q for q in cols_slot[gi]], dtype=torch.long)
+            runs += [r for r, _, _ in cols]
+            neurons += [j for _, j, _ in cols]
+            slot_flat[gi * C: gi * C + k] = torch.tensor([gi * Q + q for _, _, q in cols], dtype=torch.long)
             slot_flat[gi * C + k: (gi + 1) * C] = gi * Q  # zero columns: inert, any slot
         self.total_live = len(pos)
         self.runs = torch.tensor([r for g in self.groups for r in g], dtype=torch.long)
@@ -129,20 +128,24 @@ class FastStepper:
         self.col_run = torch.tensor(runs, dtype=torch.long, device=dev)
         self.col_neuron = torch.tensor(neurons, dtype=torch.long, device=dev)
         self.col_slot = slot_flat.to(dev)  # (S·C,) run slot s·Q + q of each column
-        slot_run, real = [], []
-        for g in self.groups:
-            for q in range(Q):
-                slot_run.append(g[q] if q < len(g) else g[0])
-                real.append(q < len(g))
+
+    def _slots(self, b: Any) -> None:
+        """Run slots s·Q + q (padded with dataset s's first run, never training) and the data."""
+        dev, Q = self.dev, self.Q
+        slot_run = [g[q] if q < len(g) else g[0] for g in self.groups for q in range(Q)]
+        real = [q < len(g) for g in self.groups for q in range(Q)]
         self.slot_run = torch.tensor(slot_run, dtype=torch.long, device=dev)
         self.real = torch.tensor(real, dtype=torch.bool, device=dev)
         self.real_slots = torch.nonzero(self.real).flatten()
-        dt = self.dtype
-        SQ = S * Q
         self.trial_of_group = b.trial[torch.tensor([g[0] for g in self.groups], dtype=torch.long, device=dev)]
         self.Xg = b.X[self.trial_of_group].contiguous()  # (S, n, d)
         self.XgT = self.Xg.transpose(1, 2).contiguous()  # (S, d, n)
         self.y = b.y[b.trial[self.slot_run]].contiguous()  # (SQ, n)
+
+    def _buffers(self) -> None:
+        """State and preallocated work buffers of the step."""
+        S, Q, C, n, d, dev, dt = self.S, self.Q, self.C, self.n, self.d, self.dev, self.dtype
+        SQ = S * Q
         self.W = torch.zeros(S, C, d, dtype=dt, device=dev)
         self.a = torch.zeros(S, C, dtype=dt, device=dev)
         self.running = torch.zeros(SQ, dtype=torch.bool, device=dev)
@@ -174,8 +177,6 @@ class FastStepper:
             self.onehot_mask = onehot > 0
             self.zero = torch.zeros((), dtype=dt, device=dev)
             self.select = torch.empty_like(onehot)
-        self.graph = None
-        self.redone_blocks = 0
 
     def compatible(self, b: Any) -> bool:
         return list(b.keys) == self.keys
