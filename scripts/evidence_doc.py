@@ -10,6 +10,7 @@ named. Every number comes from the results' files; nothing is typed in.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -31,6 +32,13 @@ def _fmt(df: pd.DataFrame) -> str:
     return "\n".join(out)
 
 
+def _in_history(commit: str) -> bool:
+    """Whether ``commit`` is an object of this repository (runs made before a history rewrite
+    record hashes that no longer exist; the code is that of the rewritten commit)."""
+    res = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True, check=False)
+    return res.returncode == 0
+
+
 def run_summary(root: Path) -> str:
     runs = pd.read_csv(root / "tables" / "runs.csv")
     recs = [json.loads(p.read_text()) for p in sorted((root / "runs").glob("*/d*/m*/seed*/lam*.json"))]
@@ -44,7 +52,12 @@ def run_summary(root: Path) -> str:
         f"Runs: {len(runs)} ({len(recs)} run records); iteration cap {', '.join(f'{c:,}' for c in caps)} "
         f"(the paper's: 20,000,000); m = 200; all 16 λ = 4^2 … 4^-13; `authors` convention; J+ fixed at "
         f"initialisation; float64; CPU, one thread per job.",
-        f"Git commits recorded by the runs: {', '.join(c[:12] for c in commits)}.", "", _fmt(table)])
+        f"Git commits recorded by the runs: {', '.join(c[:12] for c in commits)}."
+        + ("" if all(c == "?" or _in_history(c) for c in commits) else
+           f" Not in the current history: {', '.join(c[:12] for c in commits if c != '?' and not _in_history(c))} — "
+           "made before the history was rewritten on 2026-11-30 to drop results committed by mistake; "
+           "the rewritten commits hold the same code."),
+        "", _fmt(table)])
 
 
 def main(argv: list[str]) -> int:
