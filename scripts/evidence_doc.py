@@ -10,6 +10,7 @@ named. Every number comes from the results' files; nothing is typed in.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -43,7 +44,8 @@ def run_summary(root: Path) -> str:
     runs = pd.read_csv(root / "tables" / "runs.csv")
     recs = [json.loads(p.read_text()) for p in sorted((root / "runs").glob("*/d*/m*/seed*/lam*.json"))]
     caps = sorted({r["config"]["max_iters"] for r in recs})
-    commits = sorted({r["provenance"].get("git_commit") or "?" for r in recs})
+    commits = sorted({(r["provenance"].get("git_commit") or "?").removesuffix("-dirty") for r in recs})
+    n_dirty = sum(str(r["provenance"].get("git_commit", "")).endswith("-dirty") for r in recs)
     stops = runs.groupby(["scheme", "d"])["stop_reason"].value_counts().unstack(fill_value=0)
     trials = runs.groupby(["scheme", "d"])["seed"].nunique().rename("trials")
     wall = runs.groupby(["scheme", "d"])["wall_time_s"].max().rename("longest run (s)")
@@ -52,7 +54,8 @@ def run_summary(root: Path) -> str:
         f"Runs: {len(runs)} ({len(recs)} run records); iteration cap {', '.join(f'{c:,}' for c in caps)} "
         f"(the paper's: 20,000,000); m = 200; all 16 λ = 4^2 … 4^-13; `authors` convention; J+ fixed at "
         f"initialisation; float64; CPU, one thread per job.",
-        f"Git commits recorded by the runs: {', '.join(c[:12] for c in commits)}."
+        f"Git commits recorded by the runs: {', '.join(c[:12] for c in commits)}"
+        f" ({n_dirty} runs from a working tree with uncommitted changes, marked -dirty in their records)."
         + ("" if all(c == "?" or _in_history(c) for c in commits) else
            f" Not in the current history: {', '.join(c[:12] for c in commits if c != '?' and not _in_history(c))} — "
            "made before the history was rewritten on 2026-11-30 to drop results committed by mistake; "
@@ -75,6 +78,15 @@ def main(argv: list[str]) -> int:
                   "in the distribution of our 5-trial stds under each convention (a faithful reproduction under "
                   "the right one: mean percentile ≈ 0.5, small KS distance).", "",
                   _fmt(pd.read_csv(std_path)), ""]
+    # every judged cell with its numbers and verdict, beside the page
+    cells.to_csv(out.with_name(out.stem + "_cells.csv"), index=False)
+    parts += [f"Every cell's numbers and verdict: `{out.stem}_cells.csv` (the report's report_cells.csv).", ""]
+    fig = root / "figures" / "fig7.png"
+    if fig.exists():  # the workflow's Fig 7 of these runs, beside the page
+        shutil.copyfile(fig, out.with_name(out.stem + "_fig7.png"))
+        parts += ["## Figure 7 of these runs", "",
+                  "Our medians over all trials, the band in which a 5-trial median falls 90 % of the time, the "
+                  "paper's medians (open diamonds).", "", f"![Fig 7]({out.stem}_fig7.png)", ""]
     named = pd.concat([cells[(cells.scheme == s) & (cells.d == d) & (cells.lambda_exp == e) & (cells.metric == m)]
                        for s, d, e, m in NAMED])
     parts += ["## The cells issue 15 quotes", "", _fmt(named[COLS]), "",

@@ -8,6 +8,7 @@ from itertools import combinations
 import matplotlib
 import numpy as np
 import pandas as pd
+import pytest
 
 from shallowrelu import plotting
 from shallowrelu.aggregate import CELL_COLUMNS, RUN_COLUMNS, cell_stats
@@ -85,3 +86,19 @@ def test_fig2_both_axes_log():
     axes = plotting.describe_axes(plotting.loss_curves_figure(curves, spec))
     assert [(a["xscale"], a["yscale"]) for a in axes] == [("log", "log"), ("linear", "log")]
     assert "loss" in axes[0]["ylabel"] and "test loss" in axes[1]["ylabel"] and axes[0]["n_lines"] == 2
+
+
+def test_angle_figure_spec_keeps_seeds_by_dim_and_the_notebook_overrides_it(tmp_path):
+    """A figure plots grid.seeds_by_dim's seeds at that d (config/evidence.yaml: 20 at d = 64, 40
+    elsewhere), also when papermill passes the figure's parameters; unknown parameters are refused."""
+    cfg = {"grid": {"seeds": [0, 1, 2], "seeds_by_dim": {"d64": [0]}, "lambda_exps": [0, -2],
+                    "fig7": {"schemes": ["centred"], "dims": [4, 64], "widths": [200]}}}
+    spec = plotting.angle_figure_spec(cfg, "fig7")
+    assert plotting.seeds_for(spec, 4) == [0, 1, 2] and plotting.seeds_for(spec, 64) == [0]
+    paths = plotting.angle_run_paths(tmp_path, spec)
+    assert len(paths) == (3 + 1) * 2 and not any("d64/m200/seed1" in str(p) for p in paths)
+    over = plotting.override_spec(spec, seeds=[5, 6], seeds_by_dim={"d64": [7, 8, 9]}, dims=None)
+    assert over["dims"] == [4, 64] and plotting.seeds_for(over, 4) == [5, 6]
+    assert plotting.seeds_for(over, 64) == [7, 8, 9] and spec["seeds"] == [0, 1, 2]
+    with pytest.raises(ValueError, match=r"unknown figure parameter\(s\) seed; allowed: .*seeds_by_dim"):
+        plotting.override_spec(spec, seed=[1])

@@ -84,6 +84,21 @@ def angle_figure_spec(cfg: dict[str, Any], figure: str) -> dict[str, Any]:
                 seeds_by_dim={str(k): list(v) for k, v in by_dim.items()})
 
 
+def override_spec(spec: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    """``spec`` with the given keys replaced (the notebooks' papermill parameters; None = keep).
+    ``seeds_by_dim`` maps "d<d>" to seeds; every other key is a list."""
+    unknown = sorted(set(overrides) - set(spec))
+    if unknown:
+        raise ValueError(f"unknown figure parameter(s) {', '.join(unknown)}; allowed: {', '.join(sorted(spec))}")
+    out = dict(spec)
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        out[key] = ({str(k): list(v) for k, v in dict(value).items()} if key == "seeds_by_dim"
+                    else list(value))
+    return out
+
+
 def seeds_for(spec: dict[str, Any], d: int) -> list[int]:
     """The trial seeds an angle figure's spec has at input dimension d (grid.seeds_by_dim first)."""
     return list((spec.get("seeds_by_dim") or {}).get(f"d{int(d)}", spec["seeds"]))

@@ -154,7 +154,7 @@ def p_between(f_lo, f_hi) -> np.ndarray:
     CDF at its ends (1 when it straddles ½)."""
     f_lo, f_hi = np.asarray(f_lo, dtype=np.float64), np.asarray(f_hi, dtype=np.float64)
     p = np.where(f_hi < 0.5, 2.0 * f_hi, np.where(f_lo > 0.5, 2.0 * (1.0 - f_lo), 1.0))
-    return np.minimum(p, 1.0)
+    return np.clip(p, 0.0, 1.0)  # 1 − F can round to −ε
 
 
 def interval_p(sorted_values, cum_weights, lo, hi) -> np.ndarray:
