@@ -46,6 +46,7 @@ def run_summary(root: Path) -> str:
     caps = sorted({r["config"]["max_iters"] for r in recs})
     commits = sorted({(r["provenance"].get("git_commit") or "?").removesuffix("-dirty") for r in recs})
     n_dirty = sum(str(r["provenance"].get("git_commit", "")).endswith("-dirty") for r in recs)
+    rewritten = [c for c in commits if c != "?" and not _in_history(c)]
     stops = runs.groupby(["scheme", "d"])["stop_reason"].value_counts().unstack(fill_value=0)
     trials = runs.groupby(["scheme", "d"])["seed"].nunique().rename("trials")
     wall = runs.groupby(["scheme", "d"])["wall_time_s"].max().rename("longest job (s)")
@@ -56,8 +57,8 @@ def run_summary(root: Path) -> str:
         f"initialisation; float64; CPU, one thread per job.",
         f"Git commits recorded by the runs: {', '.join(c[:12] for c in commits)}"
         f" ({n_dirty} runs from a working tree with uncommitted changes, marked -dirty in their records)."
-        + ("" if all(c == "?" or _in_history(c) for c in commits) else
-           f" Not in the current history: {', '.join(c[:12] for c in commits if c != '?' and not _in_history(c))} — "
+        + ("" if not rewritten else
+           f" Not in the current history: {', '.join(c[:12] for c in rewritten)} — "
            "made before the history was rewritten on 2026-11-30 to drop results committed by mistake; "
            "the rewritten commits hold the same code."),
         "", _fmt(table)])
