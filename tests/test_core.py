@@ -75,20 +75,30 @@ def test_batched_gradients_match_closed_form():
     torch.testing.assert_close(loss[0], objective(W, a, X, y, 2.0), rtol=1e-13, atol=0)
 
 
-def test_batched_equals_alone():
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_batched_equals_alone(engine):
     """A run trained inside a batch (other trials, other λ, runs finishing earlier) gives the
-    same result as the same run trained alone, bit for bit on the CPU."""
+    same result as the same run trained alone: same stop reason and iteration; bit for bit with
+    the reference engine (its products have the same shapes alone and batched), to rounding with
+    the fast one, whose products have one row per live neuron of the whole batch: the BLAS may
+    pick its kernel by matrix size (MKL on an AVX-512 Xeon rounds (24 × 4)·(4 × 4) and
+    (90 × 4)·(4 × 4) products differently), so bits can differ from ~1e-16 at the first step."""
     trials = [make_trial("centred", 4, 30, s) for s in range(3)]
     specs = [RunSpec(tr, 4.0**e, f"{i}/{e}", e) for i, tr in enumerate(trials) for e in (1, -2, -5)]
-    cfg = TrainConfig(max_iters=4000, n_log=60)
+    cfg = TrainConfig(max_iters=4000, n_log=60, engine=engine)
     together = train(specs, cfg, progress=False)
     assert len({r.iterations for r in together}) > 1  # runs leave the batch at different times
     for spec, res in zip(specs, together):
         alone = train([RunSpec(spec.trial, spec.lam, "alone", spec.lambda_exp)], cfg, progress=False)[0]
         assert alone.iterations == res.iterations and alone.stop_reason == res.stop_reason
-        np.testing.assert_array_equal(alone.W, res.W)
-        np.testing.assert_array_equal(alone.a, res.a)
-        np.testing.assert_array_equal(alone.history["loss"], res.history["loss"])
+        if engine == "reference":
+            np.testing.assert_array_equal(alone.W, res.W)
+            np.testing.assert_array_equal(alone.a, res.a)
+            np.testing.assert_array_equal(alone.history["loss"], res.history["loss"])
+        else:
+            np.testing.assert_allclose(alone.W, res.W, rtol=1e-12, atol=1e-14 * np.abs(res.W).max())
+            np.testing.assert_allclose(alone.a, res.a, rtol=1e-12, atol=1e-14 * np.abs(res.a).max())
+            np.testing.assert_allclose(alone.history["loss"], res.history["loss"], rtol=1e-10)
 
 
 def test_determinism_same_seed_bit_identical():
