@@ -60,10 +60,11 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 @pytest.mark.parametrize("dense_groups", [False, True])
 @pytest.mark.parametrize("device", DEVICES)
-def test_grouped_matches_reference_across_regimes(counters, device, dense_groups, monkeypatch):
+def test_grouped_matches_reference_across_regimes(counters, device, dense_groups, monkeypatch, kernel):
     """Lazy to rich λ on both schemes, cap 6000: loss-target stops and capped runs, with groups in
     the long chunks (and margins refreshed there); ``dense_groups``: groups with many points take
-    their g_k and X u_k from matrix products (the compiled path's large-d mode, forced here)."""
+    their g_k and X u_k from matrix products (the compiled path's large-d mode, forced here). The
+    compiled path also makes one-neuron groups with uncertain points (computed every step)."""
     if dense_groups:
         monkeypatch.setattr(grouped, "DENSE_MIN_POINTS_X_DIM", 0)
         monkeypatch.setattr(grouped, "DENSE_MIN_GROUPS", 1)
@@ -75,6 +76,7 @@ def test_grouped_matches_reference_across_regimes(counters, device, dense_groups
         reasons.add(_check(res, spec, 6000, 12).stop_reason)
     assert reasons == {"loss_target", "max_iters"}
     assert counters["group_neurons"] > 0 and counters["exact_neurons"] > 0 and counters["refreshes"] > 0
+    assert (counters["uncertain_neurons"] > 0) == (kernel == "numba" and device == "cpu")
 
 
 def test_grouped_demotes_on_pattern_change_and_stops_exactly(monkeypatch, counters):
@@ -124,12 +126,21 @@ def test_a_neuron_at_its_boundary_is_never_in_a_group():
     b.W[0, 0] = x1 - (x1 @ x0) / (x0 @ x0) * x0  # orthogonal to x_0, positive on x_1
     assert abs(float(b.W[0, 0] @ x0)) < 1e-15
     groups, exact = grouped.choose_groups(b, torch.zeros(1, 6, dtype=torch.bool), 1e-3)
-    assert bool(exact[0, 0]) and all(0 not in cols.tolist() for cols, _ in groups[0])
+    assert bool(exact[0, 0]) and all(0 not in cols.tolist() for cols, _, _ in groups[0])
     fs = FastStepper(b, StepRule(2.0, 0.01, -1.0), use_graphs=False, blocks=False, selector=False)
-    forced = [[(torch.tensor([0]), (b.W[0, 0] @ b.X[0].T) > 0)]]
+    forced = [[(torch.tensor([0]), (b.W[0, 0] @ b.X[0].T) > 0, None)]]
     gs = grouped.GroupSet(fs, forced, 1e-3)
     gs.load(b.W, b.a)
     assert bool(gs.refresh()[0])
+    # with uncertain points allowed (the compiled path), it is a one-neuron group whose point 0 is
+    # computed exactly at every step: not in its certain pattern, not certified, not flagged
+    groups, exact = grouped.choose_groups(b, torch.zeros(1, 6, dtype=torch.bool), 1e-3, uncertain=8)
+    (unc,) = [u for cols, _, u in groups[0] if cols.tolist() == [0]]
+    pat = [p for cols, p, _ in groups[0] if cols.tolist() == [0]][0]
+    assert not bool(exact[0, 0]) and bool(unc[0]) and not bool(pat[0])
+    gs = grouped.GroupSet(fs, [[g for g in groups[0] if g[0].tolist() == [0]]], 1e-3)
+    gs.load(b.W, b.a)
+    assert not bool(gs.refresh()[0]) and gs.uncertain == int(unc.sum())
 
 
 def test_movement_bound_covers_the_movement(monkeypatch):
@@ -196,13 +207,18 @@ def test_groups_only_steps_in_one_call_match_step_by_step(monkeypatch, kernel):
     assert not torch.equal(out[0].W, b.W)
 
 
-def test_kernel_and_torch_step_agree_on_a_late_state(kernel):
+@pytest.mark.parametrize("block_points", [None, 3])
+def test_kernel_and_torch_step_agree_on_a_late_state(kernel, monkeypatch, block_points):
     """The compiled loops and the torch step advance the same grouped layout (d = 16, m = 200,
-    five λ, after 1500 steps) to the same state: W and a within 1e-12 relative."""
+    two trials × five λ, after 1500 steps) to the same state: W and a within 1e-12 relative.
+    Also with the fused pass (kernels._fused_subtract) in blocks of 3 points, so that blocks
+    split the four-point groups and each block serves the runs of both datasets in turn."""
     if kernel != "numba":
         pytest.skip("compares the two kernels once")
-    tr = make_trial("centred", 16, 200, 1)
-    specs = [RunSpec(tr, 4.0**e, f"k{e}") for e in (2, 0, -2, -5, -8)]
+    if block_points:
+        monkeypatch.setattr(kernels, "FUSED_BLOCK_BYTES", 8 * 16 * block_points)
+    specs = [RunSpec(tr, 4.0**e, f"{tr.seed}/{e}") for tr in (make_trial("centred", 16, 200, s) for s in (1, 2))
+             for e in (2, 0, -2, -5, -8)]
     b = light_batch(specs, torch.device("cpu"))
     rule = StepRule(2.0, 0.01, -1.0)
     grouped.GroupedStepper(rule, None, check_every=0).advance(b, 0, 1500)
@@ -214,6 +230,9 @@ def test_kernel_and_torch_step_agree_on_a_late_state(kernel):
         pc = grouped._Piece(bb, rule, compiled)
         pc._build(1500)
         assert (pc.kernel is not None) == compiled and pc.groups.G > 0
+        if compiled:
+            assert int((pc.kernel.fslot >= 0).sum()) == len(specs)  # every run has a fused group
+            assert block_points is None or pc.kernel.rows == block_points
         for _ in range(4):
             pc._block(grouped.BLOCK_STEPS)
         pc._store()

@@ -18,7 +18,10 @@ after them is one compiled loop each:
    large n·d, from one matrix product per dataset for all of them), ‖g_k‖ added to the group's
    certification sum, each member's a_j ← a_j + coef·(w_j·g_k) and w_j ← w_j + (coef·a_j)·g_k
    in one pass over its weights that also forms u_k = Σ_j a_j w_j, and the group's share of h at
-   the next state, s_ki·(x_i·u_k);
+   the next state, s_ki·(x_i·u_k); each run's largest group is *fused*: its share of h and its
+   direction are formed in one pass over its points after the other shares are known
+   (:func:`_fused_subtract`); a one-neuron group's uncertain points get exact pre-activations
+   (:func:`_uncertain_h`);
 6. when every live neuron is in a sparse group (no exact neuron, no dense group), steps 1–5 are
    :func:`_groups_only_steps`: whole steps in one compiled call (Example 31: ~2.5 min for 1.5·10⁸
    iterations).
@@ -52,6 +55,8 @@ ENV = "SHALLOWRELU_KERNELS"
 CHOICES = ("auto", "numba", "torch")
 FASTMATH = {"reassoc", "contract"}  # only for the groups' loops (module docstring)
 FUSE_GROUPS_ONLY = True  # whole steps in one compiled call when every live neuron is in a sparse group
+FUSED_BLOCK_BYTES = 1 << 17  # the fused pass's block of points, in bytes of X (held in L2 for all runs of a dataset;
+# d = 1024, 8 rich runs, one core: 2,605 run-it/s vs 2,407 with 16 KiB blocks)
 
 
 def choice() -> str:
@@ -96,9 +101,11 @@ def _njit(fn=None, *, fast: bool = False):
 
 @_njit
 def _exact_mid(t, kappa, lr, target, preT, ax, ncols, col_slot, y0, hrow, running, stop, hx, r, msk,
-               scale):  # pragma: no cover - compiled
+               scale, fuse, Xg, Q, fslot, pts_ptr, pts, Uf, Gf, rows):  # pragma: no cover - compiled
     """Step 2 of the module docstring; preT (S, C, n) becomes act, scale[s, j] = (c·a_j)·go
-    (a before its update, go after the stop test). Returns the number of runs training."""
+    (a before its update, go after the stop test). With ``fuse``, the fused groups' share of h
+    and their directions are formed after h_exact (:func:`_fused_subtract`). Returns the number
+    of runs training."""
     S, C, n = preT.shape
     SQ = y0.shape[0]
     c = -(kappa / n)
@@ -112,13 +119,16 @@ def _exact_mid(t, kappa, lr, target, preT, ax, ncols, col_slot, y0, hrow, runnin
                 v = 0.0 if v <= 0.0 else v  # relu; NaN propagates
                 preT[s, j, i] = v
                 hx[q, i] += v * aj
+    for q in range(SQ):
+        for i in range(n):
+            r[q, i] = (y0[q, i] - hrow[q, i]) - hx[q, i]
+    if fuse:
+        _fused_subtract(r, Xg, Q, fslot, pts_ptr, pts, Uf, Gf, rows)
     training = 0
     for q in range(SQ):
         acc = 0.0
         for i in range(n):
-            ri = (y0[q, i] - hrow[q, i]) - hx[q, i]
-            r[q, i] = ri
-            acc += ri * ri
+            acc += r[q, i] * r[q, i]
         if running[q] and acc * kappa / (2 * n) < target:  # the stop test at t: no update at t
             stop[q] = t
             running[q] = False
@@ -199,30 +209,135 @@ def _group_h(h_q, Xs, pts, lo, hi, u):  # pragma: no cover - compiled
 
 @_njit
 def _groups_step(coef, running, r, Xg, Q, Wg, ag, mem, pts_ptr, pts, slot, dpos, Gbuf, Ubuf, hrow, gsum, g,
-                 u, update):  # pragma: no cover - compiled
+                 u, update, fused, Gf, Uf, unc_ptr, unc, uact):  # pragma: no cover - compiled
     """Every group with residual r (SQ, n): its direction g_k (sparse groups here; dense groups,
-    dpos[k] ≥ 0, from Gbuf, a matrix product done before), ‖g_k‖ added to the certification sum,
-    its members' update (``update``; else u_k only, at the current state), and its share of h at
-    the new state (sparse groups into hrow here; dense groups' u_k to Ubuf for a matrix product)."""
+    dpos[k] ≥ 0, from Gbuf, a matrix product done before; the fused group of its slot,
+    fused[k], from Gf, formed by :func:`_fused_pass`), ‖g_k‖ added to the certification sum, its
+    members' update (``update``; else u_k only, at the current state), and its share of h at the
+    new state (sparse groups into hrow here; dense groups' u_k to Ubuf for a matrix product; the
+    fused group's u_k to Uf, for the next step's pass). A one-neuron group with uncertain points
+    (unc[unc_ptr[k]:unc_ptr[k+1]]) adds r_i x_i of those active at t (uact) to its direction, and
+    forms their pre-activations at the new state exactly: its share of h there is relu(w·x_i)·a."""
     hrow[:, :] = 0.0
     for k in range(slot.shape[0]):
         q = slot[k]
         Xs = Xg[q // Q]
         dk = dpos[k]
+        fk = fused[k]
         if update:
-            if dk >= 0:
+            if fk:
+                g[:] = Gf[q]
+            elif dk >= 0:
                 g[:] = Gbuf[dk]
             else:
                 _group_dir(g, r[q], Xs, pts, pts_ptr[k], pts_ptr[k + 1])
+            for ii in range(unc_ptr[k], unc_ptr[k + 1]):
+                if uact[ii]:
+                    i = unc[ii]
+                    ri = r[q, i]
+                    for p in range(g.shape[0]):
+                        g[p] += ri * Xs[i, p]
             acc = 0.0
             for p in range(g.shape[0]):
                 acc += g[p] * g[p]
             gsum[k] += np.sqrt(acc)
         _group_update(coef, update and running[q], g, Wg, ag, u, mem[k], mem[k + 1])
-        if dk >= 0:
+        if fk:
+            Uf[q] = u
+        elif dk >= 0:
             Ubuf[dk] = u
         else:
             _group_h(hrow[q], Xs, pts, pts_ptr[k], pts_ptr[k + 1], u)
+        if unc_ptr[k + 1] > unc_ptr[k]:
+            _uncertain_h(hrow[q], Xs, unc, uact, unc_ptr[k], unc_ptr[k + 1], Wg[mem[k]], ag[mem[k]])
+
+
+@_njit
+def _uncertain_h(h_q, Xs, unc, uact, lo, hi, w, aj):  # pragma: no cover - compiled
+    """A one-neuron group's uncertain points i = unc[lo:hi]: pre-activation w·x_i (strict
+    arithmetic, in order), its sign to uact, and relu(w·x_i)·a_j added to h_q[i]."""
+    for ii in range(lo, hi):
+        i = unc[ii]
+        pre = 0.0
+        for p in range(w.shape[0]):
+            pre += Xs[i, p] * w[p]
+        uact[ii] = pre > 0.0
+        if pre > 0.0:
+            h_q[i] += pre * aj
+
+
+@_njit(fast=True)
+def _fused_rows4(r_q, Xs, uq, gq, i0, i1, i2, i3):  # pragma: no cover - compiled
+    """Four points of a fused pass (see :func:`_fused_subtract`): u and g are read once for
+    the four rows."""
+    x0, x1, x2, x3 = Xs[i0], Xs[i1], Xs[i2], Xs[i3]
+    a0 = a1 = a2 = a3 = 0.0
+    for p in range(uq.shape[0]):
+        up = uq[p]
+        a0 += x0[p] * up
+        a1 += x1[p] * up
+        a2 += x2[p] * up
+        a3 += x3[p] * up
+    r0, r1, r2, r3 = r_q[i0] - a0, r_q[i1] - a1, r_q[i2] - a2, r_q[i3] - a3
+    r_q[i0], r_q[i1], r_q[i2], r_q[i3] = r0, r1, r2, r3
+    for p in range(uq.shape[0]):
+        gq[p] += (r0 * x0[p] + r1 * x1[p]) + (r2 * x2[p] + r3 * x3[p])
+
+
+@_njit(fast=True)
+def _fused_subtract(r, Xg, Q, fslot, pts_ptr, pts, Uf, Gf, rows):  # pragma: no cover - compiled
+    """For each slot's fused group k = fslot[q] ≥ 0 (its points pts[pts_ptr[k]:
+    pts_ptr[k+1]], ascending): its share x_i·u of h subtracted from r (which holds y minus every
+    other share) and its direction g = Σ_{i ∈ P} r_i x_i, in one pass over its points: X is read
+    once per step, not twice. The pass goes over blocks of ``rows`` points of a dataset and, per
+    block, over the dataset's slots, so a block of X is read from memory once for all of them;
+    within a slot, four points at a time (:func:`_fused_rows4`)."""
+    SQ, n = r.shape
+    d = Xg.shape[2]
+    cur = np.zeros(SQ, dtype=np.int64)
+    for q in range(SQ):
+        if fslot[q] >= 0:
+            Gf[q, :] = 0.0
+            cur[q] = pts_ptr[fslot[q]]
+    for s in range(Xg.shape[0]):
+        Xs = Xg[s]
+        for b0 in range(0, n, rows):
+            b1 = b0 + rows
+            for q in range(s * Q, min(SQ, (s + 1) * Q)):
+                k = fslot[q]
+                if k < 0:
+                    continue
+                uq = Uf[q]
+                gq = Gf[q]
+                rq = r[q]
+                j = cur[q]
+                end = j
+                while end < pts_ptr[k + 1] and pts[end] < b1:
+                    end += 1
+                while j + 4 <= end:
+                    _fused_rows4(rq, Xs, uq, gq, pts[j], pts[j + 1], pts[j + 2], pts[j + 3])
+                    j += 4
+                while j < end:
+                    i = pts[j]
+                    acc = 0.0
+                    for p in range(d):
+                        acc += Xs[i, p] * uq[p]
+                    ri = rq[i] - acc
+                    rq[i] = ri
+                    for p in range(d):
+                        gq[p] += ri * Xs[i, p]
+                    j += 1
+                cur[q] = end
+
+
+@_njit
+def _fused_pass(y0, hrow, r, Xg, Q, fslot, pts_ptr, pts, Uf, Gf, rows):  # pragma: no cover - compiled
+    """r = y − h in a groups-only layout (:func:`_fused_subtract`)."""
+    SQ, n = y0.shape
+    for q in range(SQ):
+        for i in range(n):
+            r[q, i] = y0[q, i] - hrow[q, i]
+    _fused_subtract(r, Xg, Q, fslot, pts_ptr, pts, Uf, Gf, rows)
 
 
 @_njit
@@ -252,27 +367,28 @@ def _dense_h_add(hrow, slot, dpos, pts_ptr, pts, Hbuf):  # pragma: no cover - co
 
 @_njit
 def _groups_only_steps(count, t0, kappa, lr, target, early_exit, y0, hrow, r, running, stop, Xg, Q, Wg, ag, mem,
-                       pts_ptr, pts, slot, dpos, Gb, Ub, gsum, g, u):  # pragma: no cover - compiled
+                       pts_ptr, pts, slot, dpos, Gb, Ub, gsum, g, u, fused, fslot, Gf, Uf, rows, unc_ptr, unc,
+                       uact):  # pragma: no cover - compiled
     """``count`` whole steps of a layout whose live neurons are all in sparse groups (no exact
-    neuron, no dense group): r = y − h, the objective and the stop test at t, the groups' step —
-    all in one call. Returns the steps done."""
+    neuron, no dense group): r = y − h (the fused groups' share and direction in one pass), the
+    objective and the stop test at t, the groups' step — all in one call. Returns the steps done."""
     SQ, n = y0.shape
     coef = lr * kappa / n
     for step in range(count):
+        _fused_pass(y0, hrow, r, Xg, Q, fslot, pts_ptr, pts, Uf, Gf, rows)
         training = 0
         for q in range(SQ):
             acc = 0.0
             for i in range(n):
-                ri = y0[q, i] - hrow[q, i]
-                r[q, i] = ri
-                acc += ri * ri
+                acc += r[q, i] * r[q, i]
             if running[q] and acc * kappa / (2 * n) < target:  # the stop test at t: no update at t
                 stop[q] = t0 + step
                 running[q] = False
             training += running[q]
         if early_exit and not training:
             return step
-        _groups_step(coef, running, r, Xg, Q, Wg, ag, mem, pts_ptr, pts, slot, dpos, Gb, Ub, hrow, gsum, g, u, True)
+        _groups_step(coef, running, r, Xg, Q, Wg, ag, mem, pts_ptr, pts, slot, dpos, Gb, Ub, hrow, gsum, g, u, True,
+                     fused, Gf, Uf, unc_ptr, unc, uact)
     return count
 
 
@@ -303,11 +419,13 @@ class StepKernel:
             e = torch.zeros(0, dtype=torch.long)
             groups = SimpleNamespace(W=torch.zeros(0, d), a=torch.zeros(0), mem=torch.zeros(1, dtype=torch.long),
                                      pts_ptr=torch.zeros(1, dtype=torch.long), pts=e, slot=e, dpos=e,
-                                     gsum=torch.zeros(0), Gd=0)
+                                     gsum=torch.zeros(0), Gd=0, unc_ptr=torch.zeros(1, dtype=torch.long), unc=e,
+                                     uact=torch.zeros(0, dtype=torch.bool))
         self.gr = groups
         self.groups = tuple(v(t) for t in (groups.W, groups.a, groups.mem, groups.pts_ptr, groups.pts, groups.slot,
                                            groups.dpos))
         self.gsum = v(groups.gsum)
+        self.unc = tuple(v(t) for t in (groups.unc_ptr, groups.unc, groups.uact))
         self.Gd = Gd = int(groups.Gd)  # dense groups per dataset (padded)
         self.V = torch.zeros(S, Gd, n, dtype=fs.W.dtype)
         self.Gm, self.U = torch.zeros(S, Gd, d, dtype=fs.W.dtype), torch.zeros(S, Gd, d, dtype=fs.W.dtype)
@@ -315,11 +433,35 @@ class StepKernel:
         self.bufs = tuple(v(t).reshape(S * Gd, t.shape[-1]) for t in (self.V, self.Gm, self.U, self.H))
         self.hrow = np.zeros((SQ, n))
         self.g, self.u = np.empty(d), np.empty(d)
+        self._fuse_layout(groups, SQ, n, d)
         self.coef = fs.lr * fs.kappa / n
         self._bmm = torch.bmm
 
+    def _fuse_layout(self, groups: Any, SQ: int, n: int, d: int) -> None:
+        """Per slot, the sparse group with the most points is *fused* in the groups-only step
+        (:func:`_fused_pass`; not a group with uncertain points): ``fused`` (G,) flags it,
+        ``fslot`` (SQ,) names it (−1: none) and its points are its CSR list; ``Gf``/``Uf`` (SQ, d)
+        hold its direction and u_k."""
+        pts_ptr, pts, slot, dpos = (self.groups[i] for i in (3, 4, 5, 6))
+        G = slot.shape[0]
+        self.fused = np.zeros(G, dtype=np.bool_)
+        self.fslot = np.full(SQ, -1, dtype=np.int64)
+        size = np.diff(pts_ptr)
+        certain = np.diff(self.unc[0]) == 0
+        for k in range(G):
+            q = int(slot[k])
+            if dpos[k] < 0 and certain[k] and (self.fslot[q] < 0 or size[k] > size[self.fslot[q]]):
+                self.fslot[q] = k
+        for q in np.nonzero(self.fslot >= 0)[0]:
+            k = self.fslot[q]
+            self.fused[k] = True
+        self.Gf, self.Uf = np.zeros((SQ, d)), np.zeros((SQ, d))
+        # points per block of the fused pass: a block of X stays in L1 for all the runs of a dataset
+        self.rows = max(1, FUSED_BLOCK_BYTES // (8 * d))
+
     def _groups(self, update: bool) -> None:
-        """The groups' step (``update``) or only their share of h at the current state."""
+        """The groups' step (``update``) or only their share of h at the current state (the
+        fused groups' u_k to Uf instead, for the next step's fused pass)."""
         a = self.np
         Wg, ag, mem, pts_ptr, pts, slot, dpos = self.groups
         Vb, Gb, Ub, Hb = self.bufs
@@ -327,7 +469,8 @@ class StepKernel:
             _dense_masked_r(self.r, slot, dpos, pts_ptr, pts, Vb)
             self._bmm(self.V, self.fs.Xg, out=self.Gm)
         _groups_step(self.coef, a["running"], self.r, a["Xg"], int(self.fs.Q), Wg, ag, mem, pts_ptr, pts, slot,
-                     dpos, Gb, Ub, self.hrow, self.gsum, self.g, self.u, update)
+                     dpos, Gb, Ub, self.hrow, self.gsum, self.g, self.u, update,
+                     self.fused, self.Gf, self.Uf, *self.unc)
         if self.Gd:
             self._bmm(self.U, self.fs.XgT, out=self.H)
             _dense_h_add(self.hrow, slot, dpos, pts_ptr, pts, Hb)
@@ -337,20 +480,24 @@ class StepKernel:
         done (with ``early_exit``, fewer once no run is training: the rest would change nothing)."""
         fs, a = self.fs, self.np
         has_groups = self.groups[5].shape[0] > 0
+        groups_only = FUSE_GROUPS_ONLY and has_groups and fs.total_live == 0 and self.Gd == 0
         if has_groups:
             self._groups(update=False)
-        if FUSE_GROUPS_ONLY and has_groups and fs.total_live == 0 and self.Gd == 0:  # groups only: one call
+        if groups_only:  # one call
             Wg, ag, mem, pts_ptr, pts, slot, dpos = self.groups
             return _groups_only_steps(count, t0, kappa, lr, target, early_exit, self.y0, self.hrow, self.r,
                                       a["running"], a["stop"], a["Xg"], int(fs.Q), Wg, ag, mem, pts_ptr, pts, slot,
-                                      dpos, self.bufs[1], self.bufs[2], self.gsum, self.g, self.u)
+                                      dpos, self.bufs[1], self.bufs[2], self.gsum, self.g, self.u, self.fused,
+                                      self.fslot, self.Gf, self.Uf, self.rows, *self.unc)
         training = int(a["running"].sum())
         for step in range(count):
             if early_exit and not training:
                 return step
             self._bmm(fs.W, fs.XgT, out=fs.preT)
             training = _exact_mid(t0 + step, kappa, lr, target, a["preT"], a["a"], self.ncols, a["col_slot"],
-                                  self.y0, self.hrow, a["running"], a["stop"], self.hx, self.r, a["msk"], self.scale)
+                                  self.y0, self.hrow, a["running"], a["stop"], self.hx, self.r, a["msk"], self.scale,
+                                  has_groups, a["Xg"], int(fs.Q), self.fslot, self.groups[3], self.groups[4], self.Uf,
+                                  self.Gf, self.rows)
             self._bmm(fs.msk, fs.Xg, out=fs.B)
             _exact_w(lr, a["W"], self.scale, a["B"], self.ncols)
             if has_groups:

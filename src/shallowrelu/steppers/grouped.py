@@ -17,7 +17,9 @@ block; patterns as dense masks, one matrix product per trial and block of groups
 CPU with numba, in compiled loops over each group's points (kernels._groups_step).
 
 **Mixed step.** Every live neuron of a training run is in a group (any size, every certified
-pattern) or *exact*: exact neurons (too close to a boundary to be certified, or demoted) are
+pattern), on the compiled path in a one-neuron group with a few *uncertain* points (its margin
+fails only there: their pre-activations are computed exactly at every step, the rest of its
+pattern is certified), or *exact*: exact neurons (too close to a boundary to be certified, or demoted) are
 stepped by the dense layout (steppers.dense.FastStepper), which also forms r, the objective and
 the stop test. Each step: the groups' share of h is formed from the state at t, the dense step
 subtracts it from y, forms r and updates its neurons, and the groups are updated with the same r.
@@ -49,6 +51,7 @@ MIN_STEPS = 64  # chunks shorter than this take the fallback stepper
 MIN_POINTS_X_DIM = 256  # n·d below this: the dense step is cheap enough (d = 4 ran slower grouped)
 SUBCHUNK_STEPS = 8192  # the layout is chosen afresh at least this often
 MIN_GROUP_SIZE = 1  # patterns with fewer eligible neurons stay exact
+MAX_UNCERTAIN = 8  # compiled path: a neuron with at most this many uncertain points is a one-neuron group (below)
 BLOCK_STEPS = 32  # steps between certification checks (and undo granularity) at the start of a piece
 MAX_BLOCK_STEPS = 8192  # blocks grow up to this while the bound grows slowly (see _Piece.next_block)
 BOUND_SLACK = 1e-6  # relative slack on the accumulated movement bound (its own rounding)
@@ -88,57 +91,70 @@ def pattern_codes(pats: torch.Tensor) -> torch.Tensor:
     return (x.view(*pats.shape[:-1], words, 52) @ weights).to(torch.int64)
 
 
-Groups = list[list[tuple[torch.Tensor, torch.Tensor]]]
+Groups = list[list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]]
 
 
 def _neuron_rates(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Tensor,
                   coef: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """For the Q runs W (Q, m, d), a (Q, m) of one trial with points X (n, d), labels y (n,):
-    activation patterns (Q, m, n), margins μ_j and the predicted movement per step
-    coef·‖(w_j, a_j)‖·‖g_j‖ (g_j from the current residual and the neuron's own pattern)."""
+    activation patterns (Q, m, n), margins per point (|w_j·x_i| − rounding bound)/‖x_i‖
+    (Q, m, n) and the predicted movement per step coef·‖(w_j, a_j)‖·‖g_j‖ (g_j from the
+    current residual and the neuron's own pattern)."""
     pre = torch.matmul(W, X.T)  # (Q, m, n)
     res = y - torch.matmul(a.unsqueeze(1), torch.relu(pre)).squeeze(1)  # (Q, n)
     pats = pre > 0
     xn = torch.linalg.vector_norm(X, dim=-1)
     rnd = rounding_bound(torch.linalg.vector_norm(W, dim=-1), xn, X.shape[-1])
-    mu = ((pre.abs() - rnd) / xn).amin(-1)
+    mu = (pre.abs() - rnd) / xn
     g = torch.matmul(pats.to(W.dtype) * res.unsqueeze(1), X)  # (Q, m, d)
     zn = torch.sqrt((W * W).sum(-1) + a * a)
     return pats, mu, coef * zn * torch.linalg.vector_norm(g, dim=-1)
 
 
-def choose_groups(b: Any, exclude: torch.Tensor, coef: float) -> tuple[Groups, torch.Tensor]:
+def choose_groups(b: Any, exclude: torch.Tensor, coef: float, uncertain: int = 0) -> tuple[Groups, torch.Tensor]:
     """Groups and exact neurons of the batch ``b`` (batch.Batch).
 
     Per training run: the live neurons not in ``exclude`` (R, m) whose margin μ_j exceeds SAFETY ×
     the movement predicted for WINDOW_STEPS steps at the current rate, grouped by activation
     pattern; patterns with at least MIN_GROUP_SIZE such neurons become groups, given as (neuron
-    indices, pattern (n,) bool). Returns the groups per run and the (R, m) mask of the other live
+    indices, pattern (n,) bool, None). With ``uncertain`` > 0, each other such neuron whose margin
+    fails on at most that many *uncertain* points becomes a one-neuron group (neuron, pattern on
+    the certain points, uncertain points (n,) bool): its pre-activations there are computed
+    exactly at every step. Returns the groups per run and the (R, m) mask of the other live
     neurons (exact)."""
     W, a = b.W, b.a
     live = ~certainly_dead(W, b.X, b.trial)
-    eligible = live & ~exclude & b.running[:, None]
-    pats = torch.zeros(W.shape[0], W.shape[1], b.X.shape[1], dtype=torch.bool, device=W.device)
+    candidate = live & ~exclude & b.running[:, None]
+    eligible = candidate.clone()
+    R, m, n = W.shape[0], W.shape[1], b.X.shape[1]
+    pats = torch.zeros(R, m, n, dtype=torch.bool, device=W.device)
+    unc = torch.zeros(R, m, n, dtype=torch.bool, device=W.device)
     for idx in b.trial_groups():
         ix = torch.tensor(idx, dtype=torch.long, device=W.device)
         t = int(b.trial[idx[0]])
         p, mu, rate = _neuron_rates(W[ix], a[ix], b.X[t], b.y[t], coef)
         pats[ix] = p
-        eligible[ix] &= mu > SAFETY * WINDOW_STEPS * rate  # rate ≥ 0: also μ > 0
+        unc[ix] = mu <= (SAFETY * WINDOW_STEPS * rate)[..., None]  # rate ≥ 0: also μ ≤ 0
+        eligible[ix] &= ~unc[ix].any(-1)
+    n_unc = unc.sum(-1)
+    single = candidate & ~eligible & (n_unc <= uncertain)
     in_group = torch.zeros_like(live)
     groups: Groups = []
     codes = pattern_codes(pats)  # (R, m, words)
-    for r in range(W.shape[0]):
+    for r in range(R):
         idx = torch.nonzero(eligible[r]).flatten()
-        run_groups: list[tuple[torch.Tensor, torch.Tensor]] = []
+        run_groups: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
         if idx.numel() >= MIN_GROUP_SIZE:
             _, inv, counts = torch.unique(codes[r, idx], dim=0, return_inverse=True, return_counts=True)
             for k in torch.argsort(counts, descending=True, stable=True).tolist():
                 if int(counts[k]) < MIN_GROUP_SIZE:
                     break
                 cols = idx[inv == k]
-                run_groups.append((cols, pats[r, cols[0]]))
+                run_groups.append((cols, pats[r, cols[0]], None))
                 in_group[r, cols] = True
+        for j in torch.nonzero(single[r]).flatten().tolist():
+            run_groups.append((torch.tensor([j], device=W.device), pats[r, j] & ~unc[r, j], unc[r, j]))
+            in_group[r, j] = True
         groups.append(run_groups)
     return groups, live & ~in_group
 
@@ -157,7 +173,8 @@ class GroupSet:
         dev, dt = fs.W.device, fs.W.dtype
         n, d, Q = fs.n, fs.d, fs.Q
         self.n, self.d, self.coef = n, d, coef
-        flat = [(q, cols, pat) for q, gs in enumerate(groups_by_slot) for cols, pat in gs]
+        flat = [(q, cols, pat) for q, gs in enumerate(groups_by_slot) for cols, pat, _ in gs]
+        unc_of = [u for gs in groups_by_slot for _, _, u in gs]
         self.G = G = len(flat)
         slot_run = fs.slot_run.tolist()
         sizes = [int(c.numel()) for _, c, _ in flat]
@@ -174,8 +191,19 @@ class GroupSet:
         counts = pats.sum(1)
         self.pts_ptr = torch.cat([torch.zeros(1, dtype=torch.long, device=dev), counts.cumsum(0)])
         self.pts = torch.nonzero(pats)[:, 1].contiguous()
+        # one-neuron groups' uncertain points (choose_groups; compiled path only): CSR, activity flags
+        self.U = torch.zeros(G, n, dtype=torch.bool, device=dev)
+        for k, u in enumerate(unc_of):
+            if u is not None:
+                assert sizes[k] == 1, "a group with uncertain points has one neuron"
+                self.U[k] = u.to(dev)
+        n_unc = self.U.sum(1)
+        self.uncertain = int(n_unc.sum())
+        self.unc_ptr = torch.cat([torch.zeros(1, dtype=torch.long, device=dev), n_unc.cumsum(0)])
+        self.unc = torch.nonzero(self.U)[:, 1].contiguous()
+        self.uact = torch.zeros(self.uncertain, dtype=torch.bool, device=dev)
         # compiled path: "dense" groups' positions in per-dataset padded buffers (-1: sparse)
-        dense = ((counts >= DENSE_POINTS_FRACTION * n) & (n * d >= DENSE_MIN_POINTS_X_DIM)).tolist()
+        dense = ((counts >= DENSE_POINTS_FRACTION * n) & (n * d >= DENSE_MIN_POINTS_X_DIM) & (n_unc == 0)).tolist()
         ds_of_group = (self.slot // Q).tolist()
         per_ds = [0] * fs.Xg.shape[0]
         for s, is_dense in zip(ds_of_group, dense):
@@ -240,7 +268,9 @@ class GroupSet:
         out.index_add_(0, self.slot, H)
 
     def update(self, r: torch.Tensor, coef_group: torch.Tensor) -> None:
-        """One step with residual r (SQ, n); coef_group (G,) = coef, or 0 for stopped runs."""
+        """One step with residual r (SQ, n); coef_group (G,) = coef, or 0 for stopped runs.
+        (The torch step has no groups with uncertain points: _Piece asks for them only when
+        compiled.)"""
         V = self.S * r[self.slot]
         g = torch.bmm(self._padded(V), self.Xg).view(-1, self.d)[self.flatpos]  # (G, d)
         self.gsum.add_(torch.linalg.vector_norm(g, dim=-1))
@@ -261,9 +291,11 @@ class GroupSet:
             pre = self.W[idx] @ self.XgT[s]  # (k, n)
             rnd = rounding_bound(wn[idx], self.xnorm[s], self.d)
             want = self.S[self.gid[idx]] > 0
-            good = ((pre > 0) == want) & (pre.abs() > rnd)
+            exact = self.U[self.gid[idx]]  # uncertain points: computed at every step, not certified
+            good = (((pre > 0) == want) & (pre.abs() > rnd)) | exact
             bad[idx] = ~good.all(1)
-            self.margin[idx] = ((pre.abs() - rnd) / self.xnorm[s]).amin(1)
+            mu = (pre.abs() - rnd) / self.xnorm[s]
+            self.margin[idx] = mu.masked_fill(exact, float("inf")).amin(1)
         u = torch.finfo(self.W.dtype).eps / 2
         torch.mul(wn, 8.0 * u * self.d ** 0.5, out=self.allow)  # a few ulps of ‖w_j‖·√d per step
         torch.sqrt(wn * wn + self.a * self.a, out=self.zn)
@@ -290,7 +322,7 @@ class _Piece:
 
     def _build(self, t: int) -> None:
         b = self.b
-        groups, exact = choose_groups(b, self.exclude, self.coef)
+        groups, exact = choose_groups(b, self.exclude, self.coef, MAX_UNCERTAIN if self.compiled else 0)
         # h of the exact neurons: index_add on the CPU (the compiled loops' layout); CUDA's deterministic
         # selector product there
         fs = FastStepper(b, self.rule, use_graphs=False, blocks=False, dead=~exact,
@@ -305,6 +337,7 @@ class _Piece:
         fs.lbuf = torch.empty(BLOCK_STEPS, fs.y.shape[0], dtype=fs.dtype, device=fs.dev)
         self.kernel = kernels.StepKernel(fs, self.groups, self.y0) if self.compiled else None
         self.group_neurons = self.groups.N
+        self.uncertain_neurons = int((self.groups.unc_ptr[1:] > self.groups.unc_ptr[:-1]).sum())
         self.exact_neurons = int(exact.sum())
         self.fresh = True
 
@@ -416,7 +449,8 @@ class _Piece:
             if check_every and not bool(self.fs.running.any()):
                 break
         self._store()
-        _count(pieces=1, group_neurons=self.group_neurons, exact_neurons=self.exact_neurons, rebuilds=self.rebuilds,
+        _count(pieces=1, group_neurons=self.group_neurons, uncertain_neurons=self.uncertain_neurons,
+               exact_neurons=self.exact_neurons, rebuilds=self.rebuilds,
                demoted=self.demoted, redone_blocks=self.redone, refreshes=self.refreshes)
 
 
