@@ -73,6 +73,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup-iters", type=int, default=None,
                    help="iterations before the 'late' timing (default 20000 on CUDA, 2000 on CPU, "
                         "--quick 500)")
+    p.add_argument("--late-min-steps", type=int, default=None,
+                   help="least steps per timed call of the grouped stepper in the late phase (default: one "
+                        "layout's worth, steppers.grouped.SUBCHUNK_STEPS = 8192, as in a real job's long late "
+                        "chunks; fewer let the layout's set-up dominate at large d; not applied to the "
+                        "grouped_torch diagnostic)")
     p.add_argument("--e2e-iters", type=int, default=None,
                    help="iterations of the end-to-end measurement (default 20000 on the CPU, --quick 3000, "
                         "0 on CUDA; 0 skips it)")
@@ -167,8 +172,11 @@ def _variants(b, rule, kinds: list[str]):
     return out
 
 
-def _time_steppers(variants, dev, seconds: float, repeats: int, R: int, t0: int) -> dict[str, list[float]]:
-    """Run-iterations/s of each stepper variant, alternating between them ``repeats`` times."""
+def _time_steppers(variants, dev, seconds: float, repeats: int, R: int, t0: int,
+                   grouped_min_steps: int = 0) -> dict[str, list[float]]:
+    """Run-iterations/s of each stepper variant, alternating between them ``repeats`` times; the
+    grouped stepper (compiled where numba is; not the ``grouped_torch`` diagnostic, whose calls
+    would take minutes at d = 1024) advances at least ``grouped_min_steps`` steps per timed call."""
     from .kernels import kernel_choice
     from .steppers.grouped import MIN_STEPS
 
@@ -186,7 +194,8 @@ def _time_steppers(variants, dev, seconds: float, repeats: int, R: int, t0: int)
     counts = {}
     for kind in variants:
         fn(kind)(MIN_STEPS)()  # warm up (compilation, CUDA graphs)
-        counts[kind] = max(MIN_STEPS, _calibrate(fn(kind), 1e-4, seconds, dev, hi=10**6))
+        least = max(MIN_STEPS, grouped_min_steps if kind == "grouped" else 0)
+        counts[kind] = max(least, _calibrate(fn(kind), 1e-4, seconds, dev, hi=10**6))
     times: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(repeats):
         for kind in variants:
@@ -195,7 +204,7 @@ def _time_steppers(variants, dev, seconds: float, repeats: int, R: int, t0: int)
 
 
 def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, seconds: float, repeats: int,
-              warmup: int, log=print, e2e_iters: int = 0) -> dict[str, Any]:
+              warmup: int, log=print, e2e_iters: int = 0, late_min_steps: int = 0) -> dict[str, Any]:
     """Every timing of one dimension d (module docstring)."""
     from .datasets import make_trial
     from .engine import RunSpec, lambda_from_exp
@@ -238,11 +247,12 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
     still = [i for i in range(R) if bool(b_late.running[i])]
     b_late.running.fill_(True)  # time every run, also those that met the target during warm-up
     late_kinds = ["dense", "grouped"] + (["dense_torch", "grouped_torch"] if both else [])
-    t_late = _time_steppers(_variants(b_late, never, late_kinds), dev, seconds, repeats, R, warmup)
+    t_late = _time_steppers(_variants(b_late, never, late_kinds), dev, seconds, repeats, R, warmup, late_min_steps)
     times.update({f"{k.split('_')[0]}_late" + ("_torch" if k.endswith("_torch") else ""): v for k, v in t_late.items()})
     if still and len(still) < R:  # the runs a real job still trains after the warm-up
         sub = b_late.take(torch.tensor(still, dtype=torch.long, device=dev))
-        t_tr = _time_steppers(_variants(sub, never, ["dense", "grouped"]), dev, seconds, repeats, len(still), warmup)
+        t_tr = _time_steppers(_variants(sub, never, ["dense", "grouped"]), dev, seconds, repeats, len(still), warmup,
+                              late_min_steps)
         times.update({f"{k}_late_training": v for k, v in t_tr.items()})
     med = {k: statistics.median(v) for k, v in times.items()}
     e2e: dict[str, Any] = {}
@@ -261,6 +271,7 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
         "speedup_vs_naive": {k: med[k] / med["naive"] for k in med if k != "naive"},
         "live_neurons_late": int((~dead).sum()), "neurons_total": R * m,
         "warmup_iters": warmup, "warmup_s": warm_s, "runs_still_training_after_warmup": len(still),
+        "late_min_steps": late_min_steps,
         "kernels": "numba" if both else "torch", "end_to_end": e2e,
     }
     sp = out["speedup_vs_naive"]
@@ -323,10 +334,10 @@ def run(args: argparse.Namespace) -> int:
     if args.m < 1:
         raise ValueError(f"width m must be >= 1, got {args.m}")
     exps = parse_exps(args.lambda_exps)
-    seeds = args.seeds or (2 if args.quick else 5)
+    seeds = args.seeds if args.seeds is not None else (2 if args.quick else 5)
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
-    seconds = args.seconds or (0.5 if args.quick else 2.0)
+    seconds = args.seconds if args.seconds is not None else (0.5 if args.quick else 2.0)
     if not (seconds > 0 and math.isfinite(seconds)):
         raise ValueError(f"--seconds must be > 0, got {seconds}")
     if args.repeats < 1:
@@ -337,6 +348,12 @@ def run(args: argparse.Namespace) -> int:
         3000 if args.quick else (0 if dev.type == "cuda" else 20000))
     if e2e_iters < 0:
         raise ValueError(f"--e2e-iters must be >= 0, got {e2e_iters}")
+    from .steppers.grouped import SUBCHUNK_STEPS
+
+    late_min = SUBCHUNK_STEPS if args.late_min_steps is None else args.late_min_steps
+    if late_min < 0:
+        raise ValueError(f"--late-min-steps must be >= 0, got {late_min}")
+    args.late_min_steps = late_min
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = args.out or Path("benchmarks") / f"bench-{dev.type}-{stamp}.json"
     print(f"bench on {dev} ({_device_name(dev)}), torch {torch.__version__}, threads {torch.get_num_threads()}, "
@@ -345,7 +362,7 @@ def run(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     for d in dims:
         per_dim[d] = bench_dim(d, args.m, exps, seeds, dev, seconds, args.repeats, warmup,
-                               log=lambda s: print(s, flush=True), e2e_iters=e2e_iters)
+                               log=lambda s: print(s, flush=True), e2e_iters=e2e_iters, late_min_steps=late_min)
         atomic_write_json(out, _record(per_dim, dims, args, exps, seeds, seconds, warmup, e2e_iters, dev))  # partial
     record = _record(per_dim, dims, args, exps, seeds, seconds, warmup, e2e_iters, dev)
     proj = record["projection"]
@@ -370,7 +387,7 @@ def _record(per_dim, dims, args, exps, seeds, seconds, warmup, e2e_iters, dev) -
         "cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
         "settings": {"dims": dims, "m": args.m, "lambda_exps": exps, "seeds": seeds, "seconds": seconds,
                      "repeats": args.repeats, "warmup_iters": warmup, "quick": bool(args.quick),
-                     "e2e_iters": e2e_iters,
+                     "e2e_iters": e2e_iters, "late_min_steps": args.late_min_steps,
                      "scheme": "centred", "loss_convention": "authors", "dtype": "float64"},
         "results": [per_dim[d] for d in dims if d in per_dim],
         "projection": proj,

@@ -1,0 +1,44 @@
+"""The bench command on a tiny case: what its record holds, and bad settings named before work.
+(Its timings are benchmarks, never asserted here.)"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shallowrelu.cli import main
+
+TINY = ["bench", "--dims", "16", "--m", "20", "--seeds", "1", "--lambda-exps", "0", "-6", "--seconds", "0.02",
+        "--repeats", "1", "--warmup-iters", "300", "--e2e-iters", "0", "--threads", "1"]
+
+
+def test_record_names_every_timing_and_the_late_call_length(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert main(TINY + ["--late-min-steps", "128", "--out", str(out)]) == 0
+    rec = json.loads(out.read_text())
+    assert rec["complete"] and rec["settings"]["late_min_steps"] == 128
+    (res,) = rec["results"]
+    assert res["runs"] == 2 and res["late_min_steps"] == 128
+    for key in ("naive", "dense_late", "grouped_late"):
+        assert res["run_iterations_per_s"][key] > 0
+        assert key == "naive" or res["speedup_vs_naive"][key] > 0
+    assert "PROJECTION" in rec["projection"]["label"]
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--late-min-steps", "-1", "--late-min-steps must be >= 0, got -1"),
+    ("--e2e-iters", "-5", "--e2e-iters must be >= 0, got -5"),
+    ("--seconds", "0", "--seconds must be > 0, got 0"),
+    ("--seeds", "0", "--seeds must be >= 1, got 0"),
+])
+def test_bad_settings_are_named_before_any_work(tmp_path, capsys, flag, value, message):
+    out = tmp_path / "bench.json"
+    args = list(TINY)
+    if flag in args:  # replace the tiny setting
+        del args[args.index(flag):args.index(flag) + 2]
+    with pytest.raises(SystemExit) as exc:
+        main(args + [flag, value, "--out", str(out)])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
