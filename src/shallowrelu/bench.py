@@ -384,7 +384,7 @@ def _record(per_dim, dims, args, exps, seeds, seconds, warmup, e2e_iters, dev) -
         "kind": "shallowrelu benchmark",
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "device": str(dev), "device_name": _device_name(dev),
-        "cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+        "cpu": _cpu_model(), "threads": torch.get_num_threads(),
         "settings": {"dims": dims, "m": args.m, "lambda_exps": exps, "seeds": seeds, "seconds": seconds,
                      "repeats": args.repeats, "warmup_iters": warmup, "quick": bool(args.quick),
                      "e2e_iters": e2e_iters, "late_min_steps": args.late_min_steps,
@@ -399,7 +399,20 @@ def _record(per_dim, dims, args, exps, seeds, seconds, warmup, e2e_iters, dev) -
 def _device_name(dev: torch.device) -> str:
     if dev.type == "cuda":
         return torch.cuda.get_device_name(dev)
-    return platform.processor() or platform.machine()
+    return _cpu_model()
+
+
+def _cpu_model() -> str:
+    """The CPU's model name and vector extensions (Linux: /proc/cpuinfo), else the architecture:
+    the naive loop is BLAS-bound and the grouped step memory-bound, so their ratio depends on it."""
+    try:
+        info = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or platform.machine()
+    model = next((ln.split(":", 1)[1].strip() for ln in info if ln.startswith("model name")), platform.machine())
+    flags = next((ln.split(":", 1)[1].split() for ln in info if ln.startswith("flags")), [])
+    isa = [f for f in ("avx512f", "avx2") if f in flags][:1]
+    return f"{model}, {isa[0] if isa else 'no avx2'}"
 
 
 def _hms(s: float) -> str:
