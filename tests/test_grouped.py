@@ -64,7 +64,10 @@ def test_grouped_matches_reference_across_regimes(counters, device, dense_groups
     """Lazy to rich λ on both schemes, cap 6000: loss-target stops and capped runs, with groups in
     the long chunks (and margins refreshed there); ``dense_groups``: groups with many points take
     their g_k and X u_k from matrix products (the compiled path's large-d mode, forced here). The
-    compiled path also makes one-neuron groups with uncertain points (computed every step)."""
+    compiled path also makes one-neuron groups with uncertain points (computed every step); at
+    most 2 here, so that neurons with more stay exact and the mixed step runs too (n = 8 points
+    would otherwise let every neuron be such a group)."""
+    monkeypatch.setattr(grouped, "MAX_UNCERTAIN", 2)
     if dense_groups:
         monkeypatch.setattr(grouped, "DENSE_MIN_POINTS_X_DIM", 0)
         monkeypatch.setattr(grouped, "DENSE_MIN_GROUPS", 1)
@@ -79,7 +82,7 @@ def test_grouped_matches_reference_across_regimes(counters, device, dense_groups
     assert (counters["uncertain_neurons"] > 0) == (kernel == "numba" and device == "cpu")
 
 
-def test_grouped_demotes_on_pattern_change_and_stops_exactly(monkeypatch, counters):
+def test_grouped_demotes_on_pattern_change_and_stops_exactly(monkeypatch, counters, kernel):
     """From the first iterations on (every chunk through the grouped stepper), patterns change
     often: uncertified blocks are undone and redone with the neurons made exact; runs reach a
     loose loss target inside blocks; iterates and stop iterations stay the reference's."""
@@ -94,6 +97,10 @@ def test_grouped_demotes_on_pattern_change_and_stops_exactly(monkeypatch, counte
         reasons.add(_check(res, spec, 3000, 30, target=1e-4).stop_reason)
     assert "loss_target" in reasons
     assert counters["demoted"] > 0 and counters["rebuilds"] > 0 and counters["refreshes"] > 1
+    if kernel == "numba":  # demoted once: a one-neuron group; demoted again in the piece: exact
+        assert counters["readmitted"] > 0 and counters["demoted_twice"] > 0 and counters["exact_neurons"] > 0
+    else:
+        assert counters["readmitted"] == 0 and counters["demoted_twice"] == 0
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -490,16 +490,19 @@ class StepKernel:
                                       dpos, self.bufs[1], self.bufs[2], self.gsum, self.g, self.u, self.fused,
                                       self.fslot, self.Gf, self.Uf, self.rows, *self.unc)
         training = int(a["running"].sum())
+        exact = fs.total_live > 0
         for step in range(count):
             if early_exit and not training:
                 return step
-            self._bmm(fs.W, fs.XgT, out=fs.preT)
+            if exact:  # without exact neurons the layout is one zero column per dataset: nothing to multiply
+                self._bmm(fs.W, fs.XgT, out=fs.preT)
             training = _exact_mid(t0 + step, kappa, lr, target, a["preT"], a["a"], self.ncols, a["col_slot"],
                                   self.y0, self.hrow, a["running"], a["stop"], self.hx, self.r, a["msk"], self.scale,
                                   has_groups, a["Xg"], int(fs.Q), self.fslot, self.groups[3], self.groups[4], self.Uf,
                                   self.Gf, self.rows)
-            self._bmm(fs.msk, fs.Xg, out=fs.B)
-            _exact_w(lr, a["W"], self.scale, a["B"], self.ncols)
+            if exact:
+                self._bmm(fs.msk, fs.Xg, out=fs.B)
+                _exact_w(lr, a["W"], self.scale, a["B"], self.ncols)
             if has_groups:
                 self._groups(update=True)
         return count

@@ -31,8 +31,9 @@ neuron exact). A step maps z_j = (w_j, a_j) to (I + coef·K) z_j with ‖K‖ = 
 refresh ‖w_j(t) − w_j(t₀)‖ ≤ ‖z_j(t₀)‖·(exp(coef·Σ_s ‖g_k(s)‖) − 1) (GroupSet.movement); every
 step adds ‖g_k‖ to the group's sum. A block of steps stands only if that bound plus a rounding
 allowance stays below μ_j for every group neuron, so no group neuron's pre-activation changed
-sign at any step of it; otherwise the block is undone, the failing neurons become exact and the
-layout is rebuilt. Margins are refreshed when the bound reaches REFRESH_AT of them (late in
+sign at any step of it; otherwise the block is undone, the failing neurons leave their groups
+(exact, or on the compiled path one-neuron groups with uncertain points; exact if they fail
+again) and the layout is rebuilt. Margins are refreshed when the bound reaches REFRESH_AT of them (late in
 training, when ‖g‖ is small, after many blocks). The layout is chosen afresh every
 SUBCHUNK_STEPS steps from the state alone, so a resumed job repeats the same decisions.
 """
@@ -60,8 +61,20 @@ WINDOW_STEPS = 128  # the movement predicted at a build covers this many steps
 REFRESH_AT = 0.5  # refresh the margins once a neuron's bound reaches this share of its margin
 DENSE_MIN_POINTS_X_DIM = 1 << 18  # compiled path: from this n·d on (d ≥ 512), groups with many points ...
 DENSE_POINTS_FRACTION = 0.25  # ... (at least this share of the n points) use matrix products for g_k, X u_k ...
-DENSE_MIN_GROUPS = 12  # ... when a dataset has this many of them (measured, d = 1024: 20 such groups 1234 vs
-# 947 run-it/s with the loops; 5 groups 730 vs 1003; d = 256, 10 groups: loops 23k vs 19k run-it/s)
+
+
+def _dense_min_groups() -> int:
+    """... when a dataset has this many of them. It depends on the CPU: where torch dispatches to
+    AVX-512, MKL's thin products run at ~19 GFMA/s on one core and beat the loops (~7 GFMA/s) from
+    4 groups on (Intel Xeon, d = 1024, g_k and X u_k for Q groups: Q = 2 0.99×, 4 1.21×, 8 1.97×;
+    a rich d = 1024 batch of 8 runs ~2.9k → ~4.0k run-it/s); elsewhere (AMD EPYC, AVX2) the
+    products ran at ~3.4 GFMA/s and paid only from ~12 (d = 1024: 20 groups 1234 vs 947 run-it/s
+    with the loops, 5 groups 730 vs 1003). Decided from the machine alone, so a resumed job on the
+    same machine repeats it."""
+    return 4 if torch.backends.cpu.get_cpu_capability() == "AVX512" else 12
+
+
+DENSE_MIN_GROUPS = _dense_min_groups()
 
 COUNTERS: dict[str, int] = {}  # diagnostics since import (see _count)
 
@@ -111,7 +124,8 @@ def _neuron_rates(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Te
     return pats, mu, coef * zn * torch.linalg.vector_norm(g, dim=-1)
 
 
-def choose_groups(b: Any, exclude: torch.Tensor, coef: float, uncertain: int = 0) -> tuple[Groups, torch.Tensor]:
+def choose_groups(b: Any, exclude: torch.Tensor, coef: float, uncertain: int = 0,
+                  readmit: torch.Tensor | None = None) -> tuple[Groups, torch.Tensor]:
     """Groups and exact neurons of the batch ``b`` (batch.Batch).
 
     Per training run: the live neurons not in ``exclude`` (R, m) whose margin μ_j exceeds SAFETY ×
@@ -120,8 +134,11 @@ def choose_groups(b: Any, exclude: torch.Tensor, coef: float, uncertain: int = 0
     indices, pattern (n,) bool, None). With ``uncertain`` > 0, each other such neuron whose margin
     fails on at most that many *uncertain* points becomes a one-neuron group (neuron, pattern on
     the certain points, uncertain points (n,) bool): its pre-activations there are computed
-    exactly at every step. Returns the groups per run and the (R, m) mask of the other live
-    neurons (exact)."""
+    exactly at every step; so does each neuron of ``exclude`` that is also in ``readmit`` (R, m)
+    and has at most that many uncertain points (a neuron demoted once is stepped as a one-neuron
+    group with its points near the boundary computed exactly, not as an exact neuron: at d = 1024
+    an exact neuron costs two n·d products per step, as much as a whole rich run). Returns the
+    groups per run and the (R, m) mask of the other live neurons (exact)."""
     W, a = b.W, b.a
     live = ~certainly_dead(W, b.X, b.trial)
     candidate = live & ~exclude & b.running[:, None]
@@ -137,7 +154,8 @@ def choose_groups(b: Any, exclude: torch.Tensor, coef: float, uncertain: int = 0
         unc[ix] = mu <= (SAFETY * WINDOW_STEPS * rate)[..., None]  # rate ≥ 0: also μ ≤ 0
         eligible[ix] &= ~unc[ix].any(-1)
     n_unc = unc.sum(-1)
-    single = candidate & ~eligible & (n_unc <= uncertain)
+    pool = candidate if readmit is None else candidate | (readmit & exclude & live & b.running[:, None])
+    single = pool & ~eligible & (n_unc <= uncertain)
     in_group = torch.zeros_like(live)
     groups: Groups = []
     codes = pattern_codes(pats)  # (R, m, words)
@@ -317,12 +335,14 @@ class _Piece:
     def __init__(self, b: Any, rule: StepRule, compiled: bool):
         self.b, self.rule, self.compiled = b, rule, compiled
         self.coef = rule.lr * rule.kappa / b.X.shape[1]
-        self.exclude = torch.zeros(b.W.shape[:2], dtype=torch.bool, device=b.W.device)
-        self.rebuilds = self.demoted = self.redone = self.refreshes = 0
+        self.exclude = torch.zeros(b.W.shape[:2], dtype=torch.bool, device=b.W.device)  # demoted
+        self.twice = torch.zeros_like(self.exclude)  # demoted again (as one-neuron groups): exact for the piece
+        self.rebuilds = self.demoted = self.redone = self.refreshes = self.readmitted = 0
 
     def _build(self, t: int) -> None:
         b = self.b
-        groups, exact = choose_groups(b, self.exclude, self.coef, MAX_UNCERTAIN if self.compiled else 0)
+        groups, exact = choose_groups(b, self.exclude, self.coef, MAX_UNCERTAIN if self.compiled else 0,
+                                      ~self.twice if self.compiled else None)
         # h of the exact neurons: index_add on the CPU (the compiled loops' layout); CUDA's deterministic
         # selector product there
         fs = FastStepper(b, self.rule, use_graphs=False, blocks=False, dead=~exact,
@@ -339,6 +359,8 @@ class _Piece:
         self.group_neurons = self.groups.N
         self.uncertain_neurons = int((self.groups.unc_ptr[1:] > self.groups.unc_ptr[:-1]).sum())
         self.exact_neurons = int(exact.sum())
+        runs, neurons = self.groups.neurons(torch.ones(self.groups.N, dtype=torch.bool, device=b.W.device))
+        self.readmitted += int(self.exclude[runs, neurons].sum())  # demoted, now one-neuron groups
         self.fresh = True
 
     def _store(self) -> None:
@@ -369,8 +391,13 @@ class _Piece:
         gr.a.copy_(gr.a_bak)
 
     def _demote(self, mask: torch.Tensor, t: int) -> None:
-        """Make the members in ``mask`` (N,) exact and rebuild the layout at t."""
+        """Take the members in ``mask`` (N,) out of their groups and rebuild the layout at t: once
+        demoted, a neuron may still be a one-neuron group with uncertain points (compiled path);
+        demoted again, it is exact for the rest of the piece (every demotion marks a new neuron,
+        so a piece cannot undo the same block for ever)."""
         runs, neurons = self.groups.neurons(mask)
+        again = self.exclude[runs, neurons]
+        self.twice[runs[again], neurons[again]] = True
         self.exclude[runs, neurons] = True
         self.demoted += int(runs.numel())
         self._store()
@@ -451,7 +478,8 @@ class _Piece:
         self._store()
         _count(pieces=1, group_neurons=self.group_neurons, uncertain_neurons=self.uncertain_neurons,
                exact_neurons=self.exact_neurons, rebuilds=self.rebuilds,
-               demoted=self.demoted, redone_blocks=self.redone, refreshes=self.refreshes)
+               demoted=self.demoted, redone_blocks=self.redone, refreshes=self.refreshes,
+               readmitted=self.readmitted, demoted_twice=int(self.twice.sum()))
 
 
 class GroupedStepper:
