@@ -84,8 +84,10 @@ def test_grouped_matches_reference_across_regimes(counters, device, dense_groups
 
 def test_grouped_demotes_on_pattern_change_and_stops_exactly(monkeypatch, counters, kernel):
     """From the first iterations on (every chunk through the grouped stepper), patterns change
-    often: uncertified blocks are undone and redone with the neurons made exact; runs reach a
-    loose loss target inside blocks; iterates and stop iterations stay the reference's."""
+    often: uncertified blocks are undone and redone with the failing neurons out of their groups
+    (compiled path: one-neuron groups with uncertain points, exact once demoted again; torch path:
+    exact); runs reach a loose loss target inside blocks; iterates and stop iterations stay the
+    reference's."""
     monkeypatch.setattr(grouped, "MIN_STEPS", 1)
     monkeypatch.setattr(grouped, "BLOCK_STEPS", 8)
     monkeypatch.setattr(grouped, "SAFETY", 0.0)  # no early demotion: let blocks fail

@@ -452,11 +452,9 @@ class StepKernel:
             q = int(slot[k])
             if dpos[k] < 0 and certain[k] and (self.fslot[q] < 0 or size[k] > size[self.fslot[q]]):
                 self.fslot[q] = k
-        for q in np.nonzero(self.fslot >= 0)[0]:
-            k = self.fslot[q]
-            self.fused[k] = True
+        self.fused[self.fslot[self.fslot >= 0]] = True
         self.Gf, self.Uf = np.zeros((SQ, d)), np.zeros((SQ, d))
-        # points per block of the fused pass: a block of X stays in L1 for all the runs of a dataset
+        # points per block of the fused pass: a block of X stays in L2 for all the runs of a dataset
         self.rows = max(1, FUSED_BLOCK_BYTES // (8 * d))
 
     def _groups(self, update: bool) -> None:
