@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from shallowrelu import kernels
+from shallowrelu import blas, kernels, step_kernel
 from shallowrelu.bench import light_batch
 from shallowrelu.datasets import make_trial
 from shallowrelu.engine import RunSpec, TrainConfig, train
@@ -69,8 +69,8 @@ def test_grouped_matches_reference_across_regimes(counters, device, dense_groups
     would otherwise let every neuron be such a group)."""
     monkeypatch.setattr(grouped, "MAX_UNCERTAIN", 2)
     if dense_groups:
-        monkeypatch.setattr(grouped, "DENSE_MIN_POINTS_X_DIM", 0)
-        monkeypatch.setattr(grouped, "DENSE_MIN_GROUPS", 1)
+        monkeypatch.setattr(grouped, "PRODUCT_MIN_POINTS_X_DIM", 0)
+        monkeypatch.setattr(grouped, "PRODUCT_MIN_GROUPS", 1)
     trials = [make_trial("centred", 8, 40, 3), make_trial("uncentred", 8, 40, 4)]
     specs = [RunSpec(tr, 4.0**e, f"{tr.scheme}{e}") for tr in trials for e in [2, 0, -3, -8]]
     cfg = TrainConfig(max_iters=6000, n_log=12, device=device, stable_phase="on")
@@ -79,7 +79,9 @@ def test_grouped_matches_reference_across_regimes(counters, device, dense_groups
         reasons.add(_check(res, spec, 6000, 12).stop_reason)
     assert reasons == {"loss_target", "max_iters"}
     assert counters["group_neurons"] > 0 and counters["exact_neurons"] > 0 and counters["refreshes"] > 0
-    assert (counters["uncertain_neurons"] > 0) == (kernel == "numba" and device == "cpu")
+    compiled = kernel == "numba" and device == "cpu"
+    assert (counters["uncertain_neurons"] > 0) == compiled
+    assert (counters["product_groups"] > 0) == (compiled and dense_groups and blas.available())
 
 
 def test_grouped_demotes_on_pattern_change_and_stops_exactly(monkeypatch, counters, kernel):
@@ -202,7 +204,7 @@ def test_groups_only_steps_in_one_call_match_step_by_step(monkeypatch, kernel):
     grouped.GroupedStepper(rule, None, check_every=0).advance(b, 0, 20000)
     out = []
     for fused in (True, False):
-        monkeypatch.setattr(kernels, "FUSE_GROUPS_ONLY", fused)
+        monkeypatch.setattr(step_kernel, "FUSE_GROUPS_ONLY", fused)
         bb = light_batch([RunSpec(tr, 4.0**-7, "k")], torch.device("cpu"))
         bb.W.copy_(b.W)
         bb.a.copy_(b.a)
@@ -225,7 +227,7 @@ def test_kernel_and_torch_step_agree_on_a_late_state(kernel, monkeypatch, block_
     if kernel != "numba":
         pytest.skip("compares the two kernels once")
     if block_points:
-        monkeypatch.setattr(kernels, "FUSED_BLOCK_BYTES", 8 * 16 * block_points)
+        monkeypatch.setattr(step_kernel, "FUSED_BLOCK_BYTES", 8 * 16 * block_points)
     specs = [RunSpec(tr, 4.0**e, f"{tr.seed}/{e}") for tr in (make_trial("centred", 16, 200, s) for s in (1, 2))
              for e in (2, 0, -2, -5, -8)]
     b = light_batch(specs, torch.device("cpu"))
@@ -272,3 +274,101 @@ def test_without_numba_auto_falls_back_and_numba_is_refused(monkeypatch):
     monkeypatch.setenv(kernels.ENV, "numba")
     with pytest.raises(RuntimeError, match="numba is not installed"):
         TrainConfig(max_iters=10).validate()
+
+
+@pytest.fixture(scope="module")
+def rich_late_state():
+    """Six rich runs (two datasets, d = 16, m = 25) after 20000 grouped steps: every live neuron
+    in a group, so the whole-step compiled loop (kernels._groups_only_steps) runs."""
+    specs = [RunSpec(tr, 4.0**e, f"{tr.seed}/{e}") for tr in (make_trial("centred", 16, 25, s) for s in (0, 1))
+             for e in (-6, -7, -8)]
+    b = light_batch(specs, torch.device("cpu"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(grouped, "SAFETY", 0.0)
+        mp.setattr(grouped, "MIN_POINTS_X_DIM", 0)
+        grouped.GroupedStepper(StepRule(2.0, 0.01, -1.0), None, check_every=0).advance(b, 0, 20000)
+    return specs, b
+
+
+@pytest.mark.parametrize("layout", ["loops", "loops-chunks", "products", "products-chunks", "products-blocks"])
+def test_groups_only_chunks_and_products_match_the_loops(kernel, monkeypatch, rich_late_state, layout):
+    """The groups-only step on a late state, 512 steps: in chunks of runs (step_kernel.StepKernel.
+    _chunk_layout, forced by a small L2) bit for bit the state of the whole layout in one call with
+    the fused loops; with every large group's share of h and direction from matrix products
+    (kernels._product_pass, forced; also in blocks of 3 points, and in chunks) within 1e-12 of it
+    (MKL rounds by matrix size)."""
+    if kernel != "numba":
+        pytest.skip("compiled path only")
+    products = layout.startswith("products")
+    if products and not blas.available():
+        pytest.skip("no DGEMM in this torch build")
+    specs, late = rich_late_state
+    rule = StepRule(2.0, 0.01, -1.0)
+
+    def advance(chunks: bool, products: bool, block_points: int | None = None):
+        with pytest.MonkeyPatch.context() as mp:
+            # budget 0.6 × 7000 B: X (2 KiB) and one run (1.4–2.2 KiB of weights) per chunk
+            mp.setattr(step_kernel, "L2_BYTES", 7000 if chunks else 0)
+            if products:
+                mp.setattr(grouped, "PRODUCT_MIN_POINTS_X_DIM", 0)
+                mp.setattr(grouped, "PRODUCT_MIN_GROUPS", 1)
+            else:
+                mp.setattr(grouped, "PRODUCT_MIN_GROUPS", 10**9)
+            if block_points:
+                mp.setattr(step_kernel, "PRODUCT_BLOCK_BYTES", 8 * 16 * block_points)
+            b = light_batch(specs, torch.device("cpu"))
+            b.W.copy_(late.W)
+            b.a.copy_(late.a)
+            pc = grouped._Piece(b, rule, True)
+            pc._build(20000)
+            k = pc.kernel
+            assert pc.exact_neurons == 0 and pc.groups.G > 0
+            assert (len(k.chunks) > 2) == chunks  # more chunks than datasets
+            assert (k.Gd > 0) == products and (int(k.fused.sum()) > 0) == (not products)
+            assert block_points is None or k.prod[7] == block_points
+            pc._block(512)
+            pc._store()
+        return b
+
+    base = advance(False, False)
+    assert not torch.equal(base.W, late.W)  # the state moved
+    out = advance("chunks" in layout, products, 3 if layout == "products-blocks" else None)
+    if not products:
+        assert torch.equal(out.W, base.W) and torch.equal(out.a, base.a)
+    else:
+        assert float((out.W - base.W).abs().max()) <= 1e-12 * float(base.W.abs().max())
+        assert float((out.a - base.a).abs().max()) <= 1e-12 * float(base.a.abs().max())
+
+
+def test_blas_products_match_numpy():
+    """blas.gemm, both kinds of product, on sub-blocks with leading dimensions larger than the
+    blocks' widths (as the product pass uses them), β = 0 and 1."""
+    if not blas.available():
+        pytest.skip("no DGEMM in this torch build")
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((40, 9))  # rows 5..36 used: 32 points of dimension 9
+    Y = rng.standard_normal((4, 50))  # 4 groups; first 32 columns used
+    C = np.full((4, 60), 7.0)
+    blas.gemm(True, 32, 4, 9, X[5:], 9, rng.standard_normal((4, 9)), 9, 0.0, C, 60)  # H = U·X_bᵀ
+    U = rng.standard_normal((4, 9))
+    blas.gemm(True, 32, 4, 9, X[5:], 9, U, 9, 0.0, C, 60)
+    np.testing.assert_allclose(C[:, :32], U @ X[5:37].T, rtol=1e-13)
+    assert np.all(C[:, 32:] == 7.0)
+    G = rng.standard_normal((4, 9))
+    G0 = G.copy()
+    blas.gemm(False, 9, 4, 32, X[5:], 9, Y, 50, 1.0, G, 9)  # G += V·X_b
+    np.testing.assert_allclose(G, G0 + Y[:, :32] @ X[5:37], rtol=1e-13)
+
+
+def test_without_blas_no_product_groups(monkeypatch, kernel):
+    """Where torch has no DGEMM (blas.available() False) no group uses products, even forced;
+    with it, the compiled path's large groups do (the torch step never)."""
+    monkeypatch.setattr(grouped, "SAFETY", 0.0)
+    monkeypatch.setattr(grouped, "PRODUCT_MIN_POINTS_X_DIM", 0)
+    monkeypatch.setattr(grouped, "PRODUCT_MIN_GROUPS", 1)
+    compiled = kernel == "numba"
+    pc = _piece(_light(make_trial("centred", 8, 40, 5), 4.0**-3), compiled)
+    assert pc.groups.G > 0 and (int((pc.groups.dpos >= 0).sum()) > 0) == (compiled and blas.available())
+    monkeypatch.setattr(blas, "available", lambda: False)
+    pc = _piece(_light(make_trial("centred", 8, 40, 5), 4.0**-3), compiled)
+    assert pc.groups.G > 0 and int((pc.groups.dpos >= 0).sum()) == 0

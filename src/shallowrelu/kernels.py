@@ -14,17 +14,21 @@ after them is one compiled loop each:
 3. ``B = mask·X`` (torch.bmm);
 4. :func:`_exact_w`: w ← w − (B·((c·a_j)·go))·lr;
 5. with pattern groups (steppers.grouped.GroupSet), :func:`_groups_step`: per group k its
-   direction g_k = Σ_{i ∈ P_k} r_i x_i over its points P_k (or, for groups with many points at
-   large n·d, from one matrix product per dataset for all of them), ‖g_k‖ added to the group's
+   direction g_k = Σ_{i ∈ P_k} r_i x_i over its points P_k, ‖g_k‖ added to the group's
    certification sum, each member's a_j ← a_j + coef·(w_j·g_k) and w_j ← w_j + (coef·a_j)·g_k
    in one pass over its weights that also forms u_k = Σ_j a_j w_j, and the group's share of h at
-   the next state, s_ki·(x_i·u_k); each run's largest group is *fused*: its share of h and its
-   direction are formed in one pass over its points after the other shares are known
-   (:func:`_fused_subtract`); a one-neuron group's uncertain points get exact pre-activations
-   (:func:`_uncertain_h`);
-6. when every live neuron is in a sparse group (no exact neuron, no dense group), steps 1–5 are
+   the next state, s_ki·(x_i·u_k). Two kinds of group get their share of h and their direction
+   in one pass over X after the other shares are known (in step 2): each run's largest group is
+   *fused* (:func:`_fused_subtract`, loops), or, where torch carries MKL and n·d is large
+   (steppers.grouped.PRODUCT_MIN_POINTS_X_DIM), every group with many points is a *product
+   group*: H = U·X_bᵀ and G = V·X_b for all of a dataset's product groups, two matrix products
+   per block of points called from the compiled code (:func:`_product_pass`, blas.py). A
+   one-neuron group's uncertain points get exact pre-activations (:func:`_uncertain_h`);
+6. when every live neuron is in a group (no exact neuron), steps 1–5 are
    :func:`_groups_only_steps`: whole steps in one compiled call (Example 31: ~2.5 min for 1.5·10⁸
-   iterations).
+   iterations), chunk by chunk of runs whose weights and X fit in L2 (each chunk stepped
+   ``count`` times before the next: the runs are independent, and their weights are then read
+   from L2, not from memory, at every step; step_kernel.StepKernel._chunk_layout).
 
 Every elementwise operation of steps 2 and 4 is strict IEEE in the torch step's order (products
 rounded before they are added, no fused multiply-add): a converged run whose updates round to
@@ -41,10 +45,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import numpy as np
-import torch
+
+from .blas import gemm as _gemm
 
 try:  # optional at import: the torch step is the fallback
     import numba
@@ -54,9 +58,6 @@ except ImportError:  # pragma: no cover - numba is a dependency, but keep the pa
 ENV = "SHALLOWRELU_KERNELS"
 CHOICES = ("auto", "numba", "torch")
 FASTMATH = {"reassoc", "contract"}  # only for the groups' loops (module docstring)
-FUSE_GROUPS_ONLY = True  # whole steps in one compiled call when every live neuron is in a sparse group
-FUSED_BLOCK_BYTES = 1 << 17  # the fused pass's block of points, in bytes of X (held in L2 for all runs of a dataset;
-# d = 1024, 8 rich runs, one core: 2,605 run-it/s vs 2,407 with 16 KiB blocks)
 
 
 def choice() -> str:
@@ -101,11 +102,11 @@ def _njit(fn=None, *, fast: bool = False):
 
 @_njit
 def _exact_mid(t, kappa, lr, target, preT, ax, ncols, col_slot, y0, hrow, running, stop, hx, r, msk,
-               scale, fuse, Xg, Q, fslot, pts_ptr, pts, Uf, Gf, rows):  # pragma: no cover - compiled
+               scale, fuse, Xg, Q, fslot, pts_ptr, pts, Uf, Gf, rows, slot, prod):  # pragma: no cover - compiled
     """Step 2 of the module docstring; preT (S, C, n) becomes act, scale[s, j] = (c·a_j)·go
     (a before its update, go after the stop test). With ``fuse``, the fused groups' share of h
-    and their directions are formed after h_exact (:func:`_fused_subtract`). Returns the number
-    of runs training."""
+    and their directions are formed after h_exact (:func:`_fused_subtract`), and so are the product
+    groups' (:func:`_product_pass`, ``prod`` its buffers). Returns the number of runs training."""
     S, C, n = preT.shape
     SQ = y0.shape[0]
     c = -(kappa / n)
@@ -124,6 +125,7 @@ def _exact_mid(t, kappa, lr, target, preT, ax, ncols, col_slot, y0, hrow, runnin
             r[q, i] = (y0[q, i] - hrow[q, i]) - hx[q, i]
     if fuse:
         _fused_subtract(r, Xg, Q, fslot, pts_ptr, pts, Uf, Gf, rows)
+        _product_pass(r, Xg, Q, slot, pts_ptr, pts, *prod)
     training = 0
     for q in range(SQ):
         acc = 0.0
@@ -210,12 +212,12 @@ def _group_h(h_q, Xs, pts, lo, hi, u):  # pragma: no cover - compiled
 @_njit
 def _groups_step(coef, running, r, Xg, Q, Wg, ag, mem, pts_ptr, pts, slot, dpos, Gbuf, Ubuf, hrow, gsum, g,
                  u, update, fused, Gf, Uf, unc_ptr, unc, uact):  # pragma: no cover - compiled
-    """Every group with residual r (SQ, n): its direction g_k (sparse groups here; dense groups,
-    dpos[k] ≥ 0, from Gbuf, a matrix product done before; the fused group of its slot,
+    """Every group with residual r (SQ, n): its direction g_k (sparse groups here; product groups,
+    dpos[k] ≥ 0, from Gbuf, formed by :func:`_product_pass`; the fused group of its slot,
     fused[k], from Gf, formed by :func:`_fused_pass`), ‖g_k‖ added to the certification sum, its
     members' update (``update``; else u_k only, at the current state), and its share of h at the
-    new state (sparse groups into hrow here; dense groups' u_k to Ubuf for a matrix product; the
-    fused group's u_k to Uf, for the next step's pass). A one-neuron group with uncertain points
+    new state (sparse groups into hrow here; product groups' u_k to Ubuf and the fused group's
+    u_k to Uf, for the next step's passes). A one-neuron group with uncertain points
     (unc[unc_ptr[k]:unc_ptr[k+1]]) adds r_i x_i of those active at t (uact) to its direction, and
     forms their pre-activations at the new state exactly: its share of h there is relu(w·x_i)·a."""
     hrow[:, :] = 0.0
@@ -341,41 +343,70 @@ def _fused_pass(y0, hrow, r, Xg, Q, fslot, pts_ptr, pts, Uf, Gf, rows):  # pragm
 
 
 @_njit
-def _dense_masked_r(r, slot, dpos, pts_ptr, pts, Vbuf):  # pragma: no cover - compiled
-    """Vbuf[dpos[k]] = s_k ∘ r_q for the dense groups (their points' residuals, 0 elsewhere)."""
-    for k in range(slot.shape[0]):
-        dk = dpos[k]
-        if dk >= 0:
-            Vbuf[dk, :] = 0.0
-            q = slot[k]
-            for ii in range(pts_ptr[k], pts_ptr[k + 1]):
-                i = pts[ii]
-                Vbuf[dk, i] = r[q, i]
-
-
-@_njit
-def _dense_h_add(hrow, slot, dpos, pts_ptr, pts, Hbuf):  # pragma: no cover - compiled
-    """hrow[q, i] += (x_i·u_k) for the dense groups' points i (Hbuf[dpos[k]] = X u_k)."""
-    for k in range(slot.shape[0]):
-        dk = dpos[k]
-        if dk >= 0:
-            q = slot[k]
-            for ii in range(pts_ptr[k], pts_ptr[k + 1]):
-                i = pts[ii]
-                hrow[q, i] += Hbuf[dk, i]
+def _product_pass(r, Xg, Q, slot, pts_ptr, pts, dpos, Ub, Gb, Gd, nprod, Hb, Vb, rows, cur,
+                  nxt):  # pragma: no cover - compiled
+    """The product groups (dpos[k] ≥ 0; per dataset s its nprod[s] groups at rows s·Gd + 0, 1, …
+    of Ub/Gb): their share of h subtracted from r, which then holds y minus every share, and their
+    directions Gb[dpos[k]] = g_k = Xᵀ(s_k∘r), by blocks of ``rows`` points of each dataset, two
+    matrix products per block (blas.gemm): Hb = U·X_bᵀ, then after the subtraction and Vb = the
+    groups' masked residuals, Gb += Vb·X_b. A block of X is read from memory once for both."""
+    SQ, n = r.shape
+    S, _, d = Xg.shape
+    G = slot.shape[0]
+    for k in range(G):
+        cur[k] = pts_ptr[k]
+    k0 = 0
+    for s in range(S):
+        m = nprod[s]
+        if m == 0:
+            continue
+        base = s * Gd
+        Xs = Xg[s]
+        while k0 < G and slot[k0] // Q < s:
+            k0 += 1
+        k1 = k0
+        while k1 < G and slot[k1] // Q == s:
+            k1 += 1
+        for b0 in range(0, n, rows):
+            nb = min(rows, n - b0)
+            _gemm(True, nb, m, d, Xs[b0:], d, Ub[base:], d, 0.0, Hb, rows)
+            for k in range(k0, k1):
+                dk = dpos[k] - base
+                if dk < 0:
+                    continue
+                q = slot[k]
+                j = cur[k]
+                while j < pts_ptr[k + 1] and pts[j] < b0 + nb:
+                    i = pts[j]
+                    r[q, i] -= Hb[dk, i - b0]
+                    j += 1
+                nxt[k] = j
+            Vb[:m, :nb] = 0.0
+            for k in range(k0, k1):
+                dk = dpos[k] - base
+                if dk < 0:
+                    continue
+                q = slot[k]
+                for j in range(cur[k], nxt[k]):
+                    i = pts[j]
+                    Vb[dk, i - b0] = r[q, i]
+                cur[k] = nxt[k]
+            _gemm(False, d, m, nb, Xs[b0:], d, Vb, rows, 0.0 if b0 == 0 else 1.0, Gb[base:], d)
 
 
 @_njit
 def _groups_only_steps(count, t0, kappa, lr, target, early_exit, y0, hrow, r, running, stop, Xg, Q, Wg, ag, mem,
-                       pts_ptr, pts, slot, dpos, Gb, Ub, gsum, g, u, fused, fslot, Gf, Uf, rows, unc_ptr, unc,
-                       uact):  # pragma: no cover - compiled
-    """``count`` whole steps of a layout whose live neurons are all in sparse groups (no exact
-    neuron, no dense group): r = y − h (the fused groups' share and direction in one pass), the
-    objective and the stop test at t, the groups' step — all in one call. Returns the steps done."""
+                       pts_ptr, pts, slot, gsum, g, u, fused, fslot, Gf, Uf, rows, unc_ptr, unc, uact,
+                       prod):  # pragma: no cover - compiled
+    """``count`` whole steps of a layout whose live neurons are all in groups (no exact neuron):
+    r = y − h (the fused groups' and the product groups' shares and directions in one pass over
+    X each), the objective and the stop test at t, the groups' step — all in one call. Returns
+    the steps done."""
     SQ, n = y0.shape
     coef = lr * kappa / n
     for step in range(count):
         _fused_pass(y0, hrow, r, Xg, Q, fslot, pts_ptr, pts, Uf, Gf, rows)
+        _product_pass(r, Xg, Q, slot, pts_ptr, pts, *prod)
         training = 0
         for q in range(SQ):
             acc = 0.0
@@ -387,120 +418,6 @@ def _groups_only_steps(count, t0, kappa, lr, target, early_exit, y0, hrow, r, ru
             training += running[q]
         if early_exit and not training:
             return step
-        _groups_step(coef, running, r, Xg, Q, Wg, ag, mem, pts_ptr, pts, slot, dpos, Gb, Ub, hrow, gsum, g, u, True,
-                     fused, Gf, Uf, unc_ptr, unc, uact)
+        _groups_step(coef, running, r, Xg, Q, Wg, ag, mem, pts_ptr, pts, slot, prod[0], prod[2], prod[1], hrow,
+                     gsum, g, u, True, fused, Gf, Uf, unc_ptr, unc, uact)
     return count
-
-
-class StepKernel:
-    """The step of the module docstring on a stepper's state — a dense layout ``fs``
-    (steppers.dense.FastStepper) and, in the grouped stepper, its pattern groups ``groups``
-    (steppers.grouped.GroupSet) with the targets ``y0`` — through numpy views of the same
-    tensors; :meth:`steps` advances them in place. Groups with ``dpos ≥ 0`` ("dense": many
-    points) get their direction g_k = Xᵀ(s_k∘r) and X u_k from one matrix product per dataset
-    and step (X is read once for all of them, not once per group)."""
-
-    def __init__(self, fs: Any, groups: Any = None, y0: Any = None):
-        v = lambda t: t.detach().numpy()  # noqa: E731 - shares memory with the torch tensors
-        self.fs = fs
-        S, C, d = fs.W.shape
-        n, SQ = fs.n, fs.y.shape[0]
-        # the real columns of dataset s are its first ncols[s] (FastStepper._build fills them in order)
-        self.ncols = np.bincount(fs.col_pos.numpy() // C, minlength=S).astype(np.int64)
-        self.y0 = v(fs.y if y0 is None else y0)
-        self.scale = np.zeros((S, C))
-        self.hx, self.r = v(fs.h), v(fs.r)
-        fs.msk.zero_()  # the padding columns' masked residuals stay 0 (only real columns are written)
-        self.np = {k: v(getattr(fs, k)) for k in ("W", "a", "col_slot", "Xg", "XgT", "running", "stop", "preT",
-                                                   "msk", "B")}
-        if groups is None:
-            from types import SimpleNamespace
-
-            e = torch.zeros(0, dtype=torch.long)
-            groups = SimpleNamespace(W=torch.zeros(0, d), a=torch.zeros(0), mem=torch.zeros(1, dtype=torch.long),
-                                     pts_ptr=torch.zeros(1, dtype=torch.long), pts=e, slot=e, dpos=e,
-                                     gsum=torch.zeros(0), Gd=0, unc_ptr=torch.zeros(1, dtype=torch.long), unc=e,
-                                     uact=torch.zeros(0, dtype=torch.bool))
-        self.gr = groups
-        self.groups = tuple(v(t) for t in (groups.W, groups.a, groups.mem, groups.pts_ptr, groups.pts, groups.slot,
-                                           groups.dpos))
-        self.gsum = v(groups.gsum)
-        self.unc = tuple(v(t) for t in (groups.unc_ptr, groups.unc, groups.uact))
-        self.Gd = Gd = int(groups.Gd)  # dense groups per dataset (padded)
-        self.V = torch.zeros(S, Gd, n, dtype=fs.W.dtype)
-        self.Gm, self.U = torch.zeros(S, Gd, d, dtype=fs.W.dtype), torch.zeros(S, Gd, d, dtype=fs.W.dtype)
-        self.H = torch.zeros(S, Gd, n, dtype=fs.W.dtype)
-        self.bufs = tuple(v(t).reshape(S * Gd, t.shape[-1]) for t in (self.V, self.Gm, self.U, self.H))
-        self.hrow = np.zeros((SQ, n))
-        self.g, self.u = np.empty(d), np.empty(d)
-        self._fuse_layout(groups, SQ, n, d)
-        self.coef = fs.lr * fs.kappa / n
-        self._bmm = torch.bmm
-
-    def _fuse_layout(self, groups: Any, SQ: int, n: int, d: int) -> None:
-        """Per slot, the sparse group with the most points is *fused* in the groups-only step
-        (:func:`_fused_pass`; not a group with uncertain points): ``fused`` (G,) flags it,
-        ``fslot`` (SQ,) names it (−1: none) and its points are its CSR list; ``Gf``/``Uf`` (SQ, d)
-        hold its direction and u_k."""
-        pts_ptr, pts, slot, dpos = (self.groups[i] for i in (3, 4, 5, 6))
-        G = slot.shape[0]
-        self.fused = np.zeros(G, dtype=np.bool_)
-        self.fslot = np.full(SQ, -1, dtype=np.int64)
-        size = np.diff(pts_ptr)
-        certain = np.diff(self.unc[0]) == 0
-        for k in range(G):
-            q = int(slot[k])
-            if dpos[k] < 0 and certain[k] and (self.fslot[q] < 0 or size[k] > size[self.fslot[q]]):
-                self.fslot[q] = k
-        self.fused[self.fslot[self.fslot >= 0]] = True
-        self.Gf, self.Uf = np.zeros((SQ, d)), np.zeros((SQ, d))
-        # points per block of the fused pass: a block of X stays in L2 for all the runs of a dataset
-        self.rows = max(1, FUSED_BLOCK_BYTES // (8 * d))
-
-    def _groups(self, update: bool) -> None:
-        """The groups' step (``update``) or only their share of h at the current state (the
-        fused groups' u_k to Uf instead, for the next step's fused pass)."""
-        a = self.np
-        Wg, ag, mem, pts_ptr, pts, slot, dpos = self.groups
-        Vb, Gb, Ub, Hb = self.bufs
-        if update and self.Gd:
-            _dense_masked_r(self.r, slot, dpos, pts_ptr, pts, Vb)
-            self._bmm(self.V, self.fs.Xg, out=self.Gm)
-        _groups_step(self.coef, a["running"], self.r, a["Xg"], int(self.fs.Q), Wg, ag, mem, pts_ptr, pts, slot,
-                     dpos, Gb, Ub, self.hrow, self.gsum, self.g, self.u, update,
-                     self.fused, self.Gf, self.Uf, *self.unc)
-        if self.Gd:
-            self._bmm(self.U, self.fs.XgT, out=self.H)
-            _dense_h_add(self.hrow, slot, dpos, pts_ptr, pts, Hb)
-
-    def steps(self, count: int, t0: int, kappa: float, lr: float, target: float, early_exit: bool = True) -> int:
-        """``count`` steps from iteration t0 with the stop test at every step; returns the steps
-        done (with ``early_exit``, fewer once no run is training: the rest would change nothing)."""
-        fs, a = self.fs, self.np
-        has_groups = self.groups[5].shape[0] > 0
-        groups_only = FUSE_GROUPS_ONLY and has_groups and fs.total_live == 0 and self.Gd == 0
-        if has_groups:
-            self._groups(update=False)
-        if groups_only:  # one call
-            Wg, ag, mem, pts_ptr, pts, slot, dpos = self.groups
-            return _groups_only_steps(count, t0, kappa, lr, target, early_exit, self.y0, self.hrow, self.r,
-                                      a["running"], a["stop"], a["Xg"], int(fs.Q), Wg, ag, mem, pts_ptr, pts, slot,
-                                      dpos, self.bufs[1], self.bufs[2], self.gsum, self.g, self.u, self.fused,
-                                      self.fslot, self.Gf, self.Uf, self.rows, *self.unc)
-        training = int(a["running"].sum())
-        exact = fs.total_live > 0
-        for step in range(count):
-            if early_exit and not training:
-                return step
-            if exact:  # without exact neurons the layout is one zero column per dataset: nothing to multiply
-                self._bmm(fs.W, fs.XgT, out=fs.preT)
-            training = _exact_mid(t0 + step, kappa, lr, target, a["preT"], a["a"], self.ncols, a["col_slot"],
-                                  self.y0, self.hrow, a["running"], a["stop"], self.hx, self.r, a["msk"], self.scale,
-                                  has_groups, a["Xg"], int(fs.Q), self.fslot, self.groups[3], self.groups[4], self.Uf,
-                                  self.Gf, self.rows)
-            if exact:
-                self._bmm(fs.msk, fs.Xg, out=fs.B)
-                _exact_w(lr, a["W"], self.scale, a["B"], self.ncols)
-            if has_groups:
-                self._groups(update=True)
-        return count

@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from .. import kernels
+from .. import blas, kernels, step_kernel
 from .base import StepRule
 from .dense import ROUNDING_MARGIN, FastStepper, certainly_dead
 
@@ -59,22 +59,25 @@ BOUND_SLACK = 1e-6  # relative slack on the accumulated movement bound (its own 
 SAFETY = 4.0  # at a (re)build a group neuron's margin must exceed SAFETY × its predicted window movement
 WINDOW_STEPS = 128  # the movement predicted at a build covers this many steps
 REFRESH_AT = 0.5  # refresh the margins once a neuron's bound reaches this share of its margin
-DENSE_MIN_POINTS_X_DIM = 1 << 18  # compiled path: from this n·d on (d ≥ 512), groups with many points ...
-DENSE_POINTS_FRACTION = 0.25  # ... (at least this share of the n points) use matrix products for g_k, X u_k ...
+PRODUCT_POINTS_FRACTION = 0.25  # compiled path: groups with at least this share of the n points ...
 
 
-def _dense_min_groups() -> int:
-    """... when a dataset has this many of them. It depends on the CPU: where torch dispatches to
-    AVX-512, MKL's thin products run at ~19 GFMA/s on one core and beat the loops (~7 GFMA/s) from
-    4 groups on (Intel Xeon, d = 1024, g_k and X u_k for Q groups: Q = 2 0.99×, 4 1.21×, 8 1.97×;
-    a rich d = 1024 batch of 8 runs ~2.9k → ~4.0k run-it/s); elsewhere (AMD EPYC, AVX2) the
-    products ran at ~3.4 GFMA/s and paid only from ~12 (d = 1024: 20 groups 1234 vs 947 run-it/s
-    with the loops, 5 groups 730 vs 1003). Decided from the machine alone, so a resumed job on the
-    same machine repeats it."""
-    return 4 if torch.backends.cpu.get_cpu_capability() == "AVX512" else 12
+def _product_thresholds() -> tuple[int, int]:
+    """... form their share of h and their direction g_k from matrix products (MKL's, called from
+    the compiled step: kernels._product_pass, blas.py) from this n·d on, where a dataset has this
+    many of them. It depends on the CPU: where torch dispatches to AVX-512, MKL's thin products
+    run at 20–25 GFMA/s on one core against ~7 for the loops and pay from one group on at d = 256
+    (Intel Xeon, 10 rich runs: 1.14× the loops' steps, 1.4× with the chunks of
+    step_kernel.StepKernel._chunk_layout); elsewhere (AMD EPYC, AVX2) they ran at ~3.4 GFMA/s and
+    paid only from ~12 groups at d ≥ 512 (d = 1024: 20 groups 1234 vs 947 run-it/s with the
+    loops, 5 groups 730 vs 1003). Decided from the machine alone, so a resumed job on the same
+    machine repeats it."""
+    if torch.backends.cpu.get_cpu_capability() == "AVX512":
+        return 1 << 16, 1
+    return 1 << 18, 12
 
 
-DENSE_MIN_GROUPS = _dense_min_groups()
+PRODUCT_MIN_POINTS_X_DIM, PRODUCT_MIN_GROUPS = _product_thresholds()
 
 COUNTERS: dict[str, int] = {}  # diagnostics since import (see _count)
 
@@ -183,11 +186,13 @@ class GroupSet:
     (neuron indices, pattern) of slot q, whose neurons live at batch position ``fs.slot_run[q]``.
 
     Per group k: ``slot`` (G,), ``S`` (G, n) pattern as 0/1, ``pts_ptr``/``pts`` its points (CSR),
-    ``mem`` (G + 1,) the range of its members, ``gsum`` Σ‖g_k‖ since the refresh. Per member j:
+    ``mem`` (G + 1,) the range of its members, ``gsum`` Σ‖g_k‖ since the refresh, ``dpos`` its row
+    in the per-dataset product buffers (``products``: the compiled path's, kernels._product_pass;
+    −1: loops). Per member j:
     ``W`` (N, d), ``a`` (N,), ``gid`` (N,), ``margin``, ``zn`` = ‖(w_j, a_j)‖ at the refresh and
     ``allow`` (rounding allowance per step)."""
 
-    def __init__(self, fs: FastStepper, groups_by_slot: Groups, coef: float):
+    def __init__(self, fs: FastStepper, groups_by_slot: Groups, coef: float, products: bool = False):
         dev, dt = fs.W.device, fs.W.dtype
         n, d, Q = fs.n, fs.d, fs.Q
         self.n, self.d, self.coef = n, d, coef
@@ -220,8 +225,9 @@ class GroupSet:
         self.unc_ptr = torch.cat([torch.zeros(1, dtype=torch.long, device=dev), n_unc.cumsum(0)])
         self.unc = torch.nonzero(self.U)[:, 1].contiguous()
         self.uact = torch.zeros(self.uncertain, dtype=torch.bool, device=dev)
-        # compiled path: "dense" groups' positions in per-dataset padded buffers (-1: sparse)
-        dense = ((counts >= DENSE_POINTS_FRACTION * n) & (n * d >= DENSE_MIN_POINTS_X_DIM) & (n_unc == 0)).tolist()
+        # compiled path: product groups' positions in per-dataset padded buffers (-1: none)
+        many = (counts >= PRODUCT_POINTS_FRACTION * n) & (n * d >= PRODUCT_MIN_POINTS_X_DIM) & (n_unc == 0)
+        dense = (many & (products and blas.available())).tolist()
         ds_of_group = (self.slot // Q).tolist()
         per_ds = [0] * fs.Xg.shape[0]
         for s, is_dense in zip(ds_of_group, dense):
@@ -229,7 +235,7 @@ class GroupSet:
         self.dpos = torch.full((G,), -1, dtype=torch.long, device=dev)
         nd = [0] * fs.Xg.shape[0]
         for k, (s, is_dense) in enumerate(zip(ds_of_group, dense)):
-            if is_dense and per_ds[s] >= DENSE_MIN_GROUPS:
+            if is_dense and per_ds[s] >= PRODUCT_MIN_GROUPS:
                 self.dpos[k] = nd[s]
                 nd[s] += 1
         self.Gd = max(nd) if nd else 0
@@ -349,14 +355,15 @@ class _Piece:
                          selector=False if self.compiled else None)
         fs.load(b, t)
         by_slot = [groups[r] if ok else [] for r, ok in zip(fs.slot_run.tolist(), fs.real.tolist())]
-        self.groups = GroupSet(fs, by_slot, self.coef)
+        self.groups = GroupSet(fs, by_slot, self.coef, products=self.compiled)
         self.groups.load(b.W, b.a)
         self.fs = fs
         self.y0 = fs.y.clone()
         self.hg = torch.empty_like(fs.y)
         fs.lbuf = torch.empty(BLOCK_STEPS, fs.y.shape[0], dtype=fs.dtype, device=fs.dev)
-        self.kernel = kernels.StepKernel(fs, self.groups, self.y0) if self.compiled else None
+        self.kernel = step_kernel.StepKernel(fs, self.groups, self.y0) if self.compiled else None
         self.group_neurons = self.groups.N
+        self.product_groups = int((self.groups.dpos >= 0).sum())
         self.uncertain_neurons = int((self.groups.unc_ptr[1:] > self.groups.unc_ptr[:-1]).sum())
         self.exact_neurons = int(exact.sum())
         runs, neurons = self.groups.neurons(torch.ones(self.groups.N, dtype=torch.bool, device=b.W.device))
@@ -476,7 +483,8 @@ class _Piece:
             if check_every and not bool(self.fs.running.any()):
                 break
         self._store()
-        _count(pieces=1, group_neurons=self.group_neurons, uncertain_neurons=self.uncertain_neurons,
+        _count(pieces=1, group_neurons=self.group_neurons, product_groups=self.product_groups,
+               uncertain_neurons=self.uncertain_neurons,
                exact_neurons=self.exact_neurons, rebuilds=self.rebuilds,
                demoted=self.demoted, redone_blocks=self.redone, refreshes=self.refreshes,
                readmitted=self.readmitted, demoted_twice=int(self.twice.sum()))
