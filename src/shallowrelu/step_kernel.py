@@ -69,7 +69,6 @@ class StepKernel:
                                      pts_ptr=torch.zeros(1, dtype=torch.long), pts=e, slot=e, dpos=e,
                                      gsum=torch.zeros(0), Gd=0, unc_ptr=torch.zeros(1, dtype=torch.long), unc=e,
                                      uact=torch.zeros(0, dtype=torch.bool))
-        self.gr = groups
         self.groups = tuple(v(t) for t in (groups.W, groups.a, groups.mem, groups.pts_ptr, groups.pts, groups.slot,
                                            groups.dpos))
         self.gsum = v(groups.gsum)

@@ -227,18 +227,18 @@ class GroupSet:
         self.uact = torch.zeros(self.uncertain, dtype=torch.bool, device=dev)
         # compiled path: product groups' positions in per-dataset padded buffers (-1: none)
         many = (counts >= PRODUCT_POINTS_FRACTION * n) & (n * d >= PRODUCT_MIN_POINTS_X_DIM) & (n_unc == 0)
-        dense = (many & (products and blas.available())).tolist()
+        eligible = (many & (products and blas.available())).tolist()
         ds_of_group = (self.slot // Q).tolist()
         per_ds = [0] * fs.Xg.shape[0]
-        for s, is_dense in zip(ds_of_group, dense):
-            per_ds[s] += is_dense
+        for s, ok in zip(ds_of_group, eligible):
+            per_ds[s] += ok
         self.dpos = torch.full((G,), -1, dtype=torch.long, device=dev)
-        nd = [0] * fs.Xg.shape[0]
-        for k, (s, is_dense) in enumerate(zip(ds_of_group, dense)):
-            if is_dense and per_ds[s] >= PRODUCT_MIN_GROUPS:
-                self.dpos[k] = nd[s]
-                nd[s] += 1
-        self.Gd = max(nd) if nd else 0
+        n_prod = [0] * fs.Xg.shape[0]
+        for k, (s, ok) in enumerate(zip(ds_of_group, eligible)):
+            if ok and per_ds[s] >= PRODUCT_MIN_GROUPS:
+                self.dpos[k] = n_prod[s]
+                n_prod[s] += 1
+        self.Gd = max(n_prod) if n_prod else 0
         self.dpos = torch.where(self.dpos >= 0, (self.slot // Q) * self.Gd + self.dpos, self.dpos)
         # padded per-dataset positions for the torch path's matrix products
         ds = (self.slot // Q).tolist()
