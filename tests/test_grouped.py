@@ -290,13 +290,17 @@ def rich_late_state():
     return specs, b
 
 
-@pytest.mark.parametrize("layout", ["loops", "loops-chunks", "products", "products-chunks", "products-blocks"])
+@pytest.mark.parametrize("layout", ["loops", "loops-chunks", "products", "products-chunks", "products-blocks", "gram",
+                                    "gram-chunks", "gram-products"])
 def test_groups_only_chunks_and_products_match_the_loops(kernel, monkeypatch, rich_late_state, layout):
     """The groups-only step on a late state, 512 steps: in chunks of runs (step_kernel.StepKernel.
     _chunk_layout, forced by a small L2) bit for bit the state of the whole layout in one call with
     the fused loops; with every large group's share of h and direction from matrix products
     (kernels._product_pass, forced; also in blocks of 3 points, and in chunks) within 1e-12 of it
-    (MKL rounds by matrix size)."""
+    (MKL rounds by matrix size); with every group that is not fused (or product) a Gram group
+    (kernels._gram_group: pre-activation coordinates, weights from the accumulated coefficients at
+    the end) within 1e-12 of it, and its certification sums Σ‖g_k‖ bounds within 1e-6 above the
+    loops' (never below)."""
     if kernel != "numba":
         pytest.skip("compiled path only")
     products = layout.startswith("products")
@@ -305,8 +309,10 @@ def test_groups_only_chunks_and_products_match_the_loops(kernel, monkeypatch, ri
     specs, late = rich_late_state
     rule = StepRule(2.0, 0.01, -1.0)
 
-    def advance(chunks: bool, products: bool, block_points: int | None = None):
+    def advance(chunks: bool, products: bool, block_points: int | None = None, gram: bool = False):
         with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(step_kernel, "GRAM_GROUPS", gram)
+            mp.setattr(step_kernel, "GRAM_COST_RATIO", 100.0)  # every eligible group
             # budget 0.6 × 7000 B: X (2 KiB) and one run (1.4–2.2 KiB of weights) per chunk
             mp.setattr(step_kernel, "L2_BYTES", 7000 if chunks else 0)
             if products:
@@ -326,14 +332,19 @@ def test_groups_only_chunks_and_products_match_the_loops(kernel, monkeypatch, ri
             assert (len(k.chunks) > 2) == chunks  # more chunks than datasets
             assert (k.Gd > 0) == products and (int(k.fused.sum()) > 0) == (not products)
             assert block_points is None or k.prod[7] == block_points
+            assert (k.n_gram > 0) == gram and k.n_gram <= pc.groups.G - (k.Gd > 0) - int(k.fused.sum())
             pc._block(512)
             pc._store()
-        return b
+        return b, pc.groups.gsum.clone()
 
-    base = advance(False, False)
+    base, gsum = advance(False, False)
     assert not torch.equal(base.W, late.W)  # the state moved
-    out = advance("chunks" in layout, products, 3 if layout == "products-blocks" else None)
-    if not products:
+    gram = layout.startswith("gram")
+    products = products or layout == "gram-products"
+    out, gsum_out = advance("chunks" in layout, products, 3 if layout == "products-blocks" else None, gram)
+    if gram:
+        assert bool((gsum_out >= gsum * (1 - 1e-12)).all()) and bool((gsum_out <= gsum * (1 + 1e-6)).all())
+    if not products and not gram:
         assert torch.equal(out.W, base.W) and torch.equal(out.a, base.a)
     else:
         assert float((out.W - base.W).abs().max()) <= 1e-12 * float(base.W.abs().max())
@@ -372,3 +383,23 @@ def test_without_blas_no_product_groups(monkeypatch, kernel):
     monkeypatch.setattr(blas, "available", lambda: False)
     pc = _piece(_light(make_trial("centred", 8, 40, 5), 4.0**-3), compiled)
     assert pc.groups.G > 0 and int((pc.groups.dpos >= 0).sum()) == 0
+
+
+def test_gram_flush_keeps_coordinates_no_step_could_change(kernel):
+    """kernels._gram_flush: w_j ← w_j + X_Pᵀ C_j, except coordinates where w ± umax[j] rounds to w
+    (every step's update, at most umax[j], rounded away step by step: the "frozen" rule); C zeroed."""
+    if kernel != "numba":
+        pytest.skip("compiled path only")
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((1, 5, 4))  # one dataset, n = 5, d = 4
+    pts = np.array([0, 2, 3], dtype=np.int64)  # the group's points P
+    W = np.array([[1.0, 1e-20, 3.0, -2.0], [1.0, 1e-20, 3.0, -2.0]])
+    C = rng.standard_normal(6) * 1e-3  # two members × three points
+    umax = np.array([1e-17, 1.0])
+    W0, C0 = W.copy(), C.copy()
+    kernels._gram_flush(W, np.array([0, 2]), np.array([0, 3]), pts, np.array([0]), 1, X, np.array([0, 6]), C, umax)
+    full = W0 + C0.reshape(2, 3) @ X[0, pts]
+    np.testing.assert_allclose(W[1], full[1], rtol=1e-15)  # umax large: every coordinate moves
+    assert W[0, 1] == pytest.approx(full[0, 1], rel=1e-15)  # 1e-20 + 1e-17 ≠ 1e-20: it moves
+    assert W[0, 0] == 1.0 and W[0, 2] == 3.0 and W[0, 3] == -2.0  # ± 1e-17 rounds away: kept
+    assert not np.any(C)

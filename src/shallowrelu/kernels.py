@@ -23,7 +23,10 @@ after them is one compiled loop each:
    (steppers.grouped.PRODUCT_MIN_POINTS_X_DIM), every group with many points is a *product
    group*: H = U·X_bᵀ and G = V·X_b for all of a dataset's product groups, two matrix products
    per block of points called from the compiled code (:func:`_product_pass`, blas.py). A
-   one-neuron group's uncertain points get exact pre-activations (:func:`_uncertain_h`);
+   one-neuron group's uncertain points get exact pre-activations (:func:`_uncertain_h`). Groups
+   with few points are *Gram groups* (:func:`_gram_group`): stepped in pre-activation
+   coordinates, O(p²) per group and O(p) per member for p points instead of O(p·d) and O(d),
+   their weights brought up to date at the end of each call (:func:`_gram_flush`);
 6. when every live neuron is in a group (no exact neuron), steps 1–5 are
    :func:`_groups_only_steps`: whole steps in one compiled call (Example 31: ~2.5 min for 1.5·10⁸
    iterations), chunk by chunk of runs whose weights and X fit in L2 (each chunk stepped
@@ -211,7 +214,7 @@ def _group_h(h_q, Xs, pts, lo, hi, u):  # pragma: no cover - compiled
 
 @_njit
 def _groups_step(coef, running, r, Xg, Q, Wg, ag, mem, pts_ptr, pts, slot, dpos, Gbuf, Ubuf, hrow, gsum, g,
-                 u, update, fused, Gf, Uf, unc_ptr, unc, uact):  # pragma: no cover - compiled
+                 u, update, fused, Gf, Uf, unc_ptr, unc, uact, gram):  # pragma: no cover - compiled
     """Every group with residual r (SQ, n): its direction g_k (sparse groups here; product groups,
     dpos[k] ≥ 0, from Gbuf, formed by :func:`_product_pass`; the fused group of its slot,
     fused[k], from Gf, formed by :func:`_fused_pass`), ‖g_k‖ added to the certification sum, its
@@ -219,10 +222,19 @@ def _groups_step(coef, running, r, Xg, Q, Wg, ag, mem, pts_ptr, pts, slot, dpos,
     new state (sparse groups into hrow here; product groups' u_k to Ubuf and the fused group's
     u_k to Uf, for the next step's passes). A one-neuron group with uncertain points
     (unc[unc_ptr[k]:unc_ptr[k+1]]) adds r_i x_i of those active at t (uact) to its direction, and
-    forms their pre-activations at the new state exactly: its share of h there is relu(w·x_i)·a."""
+    forms their pre-activations at the new state exactly: its share of h there is relu(w·x_i)·a.
+    Gram groups (zptr[k+1] > zptr[k], ``gram`` = (kptr, zptr, Kb, Zb, Cb, scratch, unit, umax))
+    step in pre-activation coordinates (:func:`_gram_group`)."""
+    kptr, zptr, Kb, Zb, Cb, scratch, unit, umax = gram
     hrow[:, :] = 0.0
     for k in range(slot.shape[0]):
         q = slot[k]
+        if zptr[k + 1] > zptr[k]:
+            gn = _gram_group(coef, update and running[q], update, r[q], hrow[q], pts, pts_ptr[k], pts_ptr[k + 1], Kb,
+                             kptr[k], Zb, Cb, zptr[k], ag, mem[k], mem[k + 1], scratch, unit, umax)
+            if update:
+                gsum[k] += gn
+            continue
         Xs = Xg[q // Q]
         dk = dpos[k]
         fk = fused[k]
@@ -253,6 +265,128 @@ def _groups_step(coef, running, r, Xg, Q, Wg, ag, mem, pts_ptr, pts, slot, dpos,
         if unc_ptr[k + 1] > unc_ptr[k]:
             _uncertain_h(hrow[q], Xs, unc, uact, unc_ptr[k], unc_ptr[k + 1], Wg[mem[k]], ag[mem[k]])
 
+
+@_njit(fast=True)
+def _gram_group(coef, run, update, r_q, h_q, pts, lo, hi, Kb, k0, Zb, Cb, z0, ag, mlo, mhi, scratch, unit,
+                umax):  # pragma: no cover - compiled
+    """A *Gram group* (points P = pts[lo:hi], p of them; members mlo..mhi) stepped in
+    pre-activation coordinates: its members' pre-activations on P, Z_ji = w_j·x_i (rows of p at
+    Zb[z0 + (j − mlo)·p:]), and the Gram matrix K_P = X_P X_Pᵀ (Kb[k0:k0 + p²]). With g = X_Pᵀ v,
+    v = r_P: w_j·g = Z_j·v and x_i·g = (K_P v)_i, so the step of the module docstring (5.) is
+    a_j ← a_j + coef·(Z_j·v), Z_j ← Z_j + (coef·a_j)·K_P v — O(p²) per group and O(p) per member
+    instead of O(p·d) and O(d) — and the weights follow from C_j ← C_j + (coef·a_j)·v at the end
+    (w_j = w_j(t₀) + X_Pᵀ C_j, :func:`_gram_flush`). Adds the group's share Σ_j a_j Z_ji of h at
+    the new state to h_q. With ``update`` returns a bound on ‖g‖ for the certification:
+    √(vᵀK_P v + δ), δ = (unit + 4p·u)·(Σ_i |v_i|·‖x_i‖)² with unit = 2(d + 2)·u (u the unit
+    roundoff) covers the rounding of K_P's entries (sums of d products) and of the two sums over
+    P, in any order; else 0. umax[j] keeps the largest bound |coef·a_j|·‖g‖ on a step's change of
+    any coordinate of w_j (for :func:`_gram_flush`)."""
+    p = hi - lo
+    v, kv, hz = scratch[0], scratch[1], scratch[2]
+    gn = 0.0
+    if update:
+        for i in range(p):
+            v[i] = r_q[pts[lo + i]]
+        vkv = 0.0
+        s_abs = 0.0
+        for i in range(p):
+            acc = 0.0
+            row = k0 + i * p
+            for i2 in range(p):
+                acc += Kb[row + i2] * v[i2]
+            kv[i] = acc
+            vkv += v[i] * acc
+            s_abs += abs(v[i]) * np.sqrt(Kb[row + i])
+        gn = np.sqrt(max(vkv, 0.0) + (unit + 4.0 * p * 1.1102230246251565e-16) * s_abs * s_abs)
+    for i in range(p):
+        hz[i] = 0.0
+    for j in range(mlo, mhi):
+        zr = z0 + (j - mlo) * p
+        aj = ag[j]
+        if run:
+            acc = 0.0
+            for i in range(p):
+                acc += Zb[zr + i] * v[i]
+            sc = aj * coef
+            aj = aj + acc * coef
+            ag[j] = aj
+            umax[j] = max(umax[j], abs(sc) * gn)
+            for i in range(p):
+                z = Zb[zr + i] + kv[i] * sc
+                Zb[zr + i] = z
+                Cb[zr + i] += v[i] * sc
+                hz[i] += aj * z
+        else:
+            for i in range(p):
+                hz[i] += aj * Zb[zr + i]
+    for i in range(p):
+        h_q[pts[lo + i]] += hz[i]
+    return gn
+
+
+@_njit(fast=True)
+def _gram_setup(Wg, mem, pts_ptr, pts, slot, Q, Xg, kptr, zptr, Kb, Zb, Cb, umax,
+                with_k):  # pragma: no cover - compiled
+    """Gram groups (:func:`_gram_group`): Z_ji = w_j·x_i from the weights, C = 0, umax = 0 and,
+    with ``with_k``, K_P = X_P X_Pᵀ."""
+    d = Wg.shape[1]
+    for k in range(slot.shape[0]):
+        if zptr[k + 1] == zptr[k]:
+            continue
+        Xs = Xg[slot[k] // Q]
+        lo = pts_ptr[k]
+        p = pts_ptr[k + 1] - lo
+        if with_k:
+            for i in range(p):
+                xi = Xs[pts[lo + i]]
+                for i2 in range(i + 1):
+                    x2 = Xs[pts[lo + i2]]
+                    acc = 0.0
+                    for c in range(d):
+                        acc += xi[c] * x2[c]
+                    Kb[kptr[k] + i * p + i2] = acc
+                    Kb[kptr[k] + i2 * p + i] = acc
+        for j in range(mem[k], mem[k + 1]):
+            w = Wg[j]
+            umax[j] = 0.0
+            zr = zptr[k] + (j - mem[k]) * p
+            for i in range(p):
+                xi = Xs[pts[lo + i]]
+                acc = 0.0
+                for c in range(d):
+                    acc += w[c] * xi[c]
+                Zb[zr + i] = acc
+                Cb[zr + i] = 0.0
+
+
+@_njit
+def _gram_flush(Wg, mem, pts_ptr, pts, slot, Q, Xg, zptr, Cb, umax):  # pragma: no cover - compiled
+    """Gram groups' weights: w_j ← w_j + X_Pᵀ C_j (the steps since :func:`_gram_setup`), C = 0 —
+    except coordinates that no step could have changed: where w ± umax[j] rounds to w, every
+    step's update (at most umax[j] in size) rounded away in the step-by-step arithmetic, so the
+    coordinate keeps its value, as there (the "frozen" stop rule; strict arithmetic here, so that
+    test is not simplified away)."""
+    d = Wg.shape[1]
+    for k in range(slot.shape[0]):
+        if zptr[k + 1] == zptr[k]:
+            continue
+        Xs = Xg[slot[k] // Q]
+        lo = pts_ptr[k]
+        p = pts_ptr[k + 1] - lo
+        for j in range(mem[k], mem[k + 1]):
+            w = Wg[j]
+            zr = zptr[k] + (j - mem[k]) * p
+            um = umax[j]
+            for c in range(d):
+                wc = w[c]
+                if wc + um == wc and wc - um == wc:
+                    continue
+                acc = 0.0
+                for i in range(p):
+                    acc += Cb[zr + i] * Xs[pts[lo + i], c]
+                w[c] = wc + acc
+            for i in range(p):
+                Cb[zr + i] = 0.0
 
 @_njit
 def _uncertain_h(h_q, Xs, unc, uact, lo, hi, w, aj):  # pragma: no cover - compiled
@@ -397,7 +531,7 @@ def _product_pass(r, Xg, Q, slot, pts_ptr, pts, dpos, Ub, Gb, Gd, nprod, Hb, Vb,
 @_njit
 def _groups_only_steps(count, t0, kappa, lr, target, early_exit, y0, hrow, r, running, stop, Xg, Q, Wg, ag, mem,
                        pts_ptr, pts, slot, gsum, g, u, fused, fslot, Gf, Uf, rows, unc_ptr, unc, uact,
-                       prod):  # pragma: no cover - compiled
+                       prod, gram):  # pragma: no cover - compiled
     """``count`` whole steps of a layout whose live neurons are all in groups (no exact neuron):
     r = y − h (the fused groups' and the product groups' shares and directions in one pass over
     X each), the objective and the stop test at t, the groups' step — all in one call. Returns
@@ -419,5 +553,5 @@ def _groups_only_steps(count, t0, kappa, lr, target, early_exit, y0, hrow, r, ru
         if early_exit and not training:
             return step
         _groups_step(coef, running, r, Xg, Q, Wg, ag, mem, pts_ptr, pts, slot, prod[0], prod[2], prod[1], hrow,
-                     gsum, g, u, True, fused, Gf, Uf, unc_ptr, unc, uact)
+                     gsum, g, u, True, fused, Gf, Uf, unc_ptr, unc, uact, gram)
     return count

@@ -11,13 +11,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from .kernels import _exact_mid, _exact_w, _groups_only_steps, _groups_step
+from .kernels import _exact_mid, _exact_w, _gram_flush, _gram_setup, _groups_only_steps, _groups_step
 
 FUSE_GROUPS_ONLY = True  # whole steps in one compiled call when every live neuron is in a group
 FUSED_BLOCK_BYTES = 1 << 17  # the fused pass's block of points, in bytes of X (held in L2 for all runs of a dataset;
 # d = 1024, 8 rich runs, one core: 2,605 run-it/s vs 2,407 with 16 KiB blocks)
 PRODUCT_BLOCK_BYTES = 1 << 19  # the product pass's block of points, in bytes of X (see kernels._product_pass)
 CHUNK_L2_FRACTION = 0.6  # groups-only steps run chunk by chunk of runs whose weights and X fit in this share of L2
+GRAM_GROUPS = True  # groups with few points step in pre-activation coordinates (kernels._gram_group) ...
+GRAM_COST_RATIO = 0.5  # ... where that costs at most this share of the loops' operations per step
+GRAM_MAX_POINTS = 512  # ... and the group has at most this many points (K_P: p² doubles)
 
 
 def l2_bytes() -> int:
@@ -77,6 +80,7 @@ class StepKernel:
         self.g, self.u = np.empty(d), np.empty(d)
         self._product_layout(int(groups.Gd), S, n, d)
         self._fuse_layout(SQ, d)
+        self._gram_layout(n, d)
         self._chunk_layout(S, int(fs.Q), SQ, n, d)
         self.coef = fs.lr * fs.kappa / n
         self._bmm = torch.bmm
@@ -119,6 +123,49 @@ class StepKernel:
         # points per block of the fused pass: a block of X stays in L2 for all the runs of a dataset
         self.rows = max(1, FUSED_BLOCK_BYTES // (8 * d))
 
+    def _gram_layout(self, n: int, d: int) -> None:
+        """Gram groups (kernels._gram_group): groups that are neither product nor fused groups and
+        have no uncertain points, with p ≤ GRAM_MAX_POINTS points and m members, where p² + 4·m·p
+        (the step in pre-activation coordinates) is at most GRAM_COST_RATIO of 2·p·d + 3·m·d (the
+        loops'). ``gram`` = (kptr, zptr, Kb, Zb, Cb, scratch, unit, umax): per group the offsets of
+        its K_P (p², 0 for other groups) and of its members' Z and C rows (m·p) in the flat buffers,
+        three scratch rows of n, the rounding unit 2(d + 2)·u of the ‖g‖ bound and per member the
+        largest update bound since the start of the call. K_P is formed
+        here; Z and C at the start of every :meth:`steps` call (:meth:`_gram_begin`)."""
+        mem, pts_ptr, slot, dpos = (self.groups[i] for i in (2, 3, 5, 6))
+        G = slot.shape[0]
+        p = np.diff(pts_ptr)
+        m = np.diff(mem)
+        ok = (~self.fused) & (dpos < 0) & (np.diff(self.unc[0]) == 0) & (p >= 1) & (p <= GRAM_MAX_POINTS)
+        ok &= p * p + 4 * m * p <= GRAM_COST_RATIO * (2 * p * d + 3 * m * d)
+        ok &= GRAM_GROUPS
+        kptr = np.zeros(G + 1, dtype=np.int64)
+        zptr = np.zeros(G + 1, dtype=np.int64)
+        np.cumsum(np.where(ok, p * p, 0), out=kptr[1:])
+        np.cumsum(np.where(ok, m * p, 0), out=zptr[1:])
+        self.n_gram = int(ok.sum())
+        unit = 2.0 * (d + 2) * float(np.finfo(np.float64).eps) / 2
+        self.gram = (kptr, zptr, np.zeros(int(kptr[-1])), np.zeros(int(zptr[-1])), np.zeros(int(zptr[-1])),
+                     np.zeros((3, n)), unit, np.zeros(self.groups[0].shape[0]))
+        if self.n_gram:
+            Wg, _, mem, pts_ptr, pts, slot, _ = self.groups
+            _gram_setup(Wg, mem, pts_ptr, pts, slot, int(self.fs.Q), self.np["Xg"], kptr, zptr, *self.gram[2:5],
+                        self.gram[7], True)
+
+    def _gram_begin(self) -> None:
+        """Z = the Gram groups' pre-activations from their weights, C = 0."""
+        if self.n_gram:
+            Wg, _, mem, pts_ptr, pts, slot, _ = self.groups
+            _gram_setup(Wg, mem, pts_ptr, pts, slot, int(self.fs.Q), self.np["Xg"], *self.gram[:5], self.gram[7],
+                        False)
+
+    def _gram_end(self) -> None:
+        """The Gram groups' weights brought up to date: w_j += X_Pᵀ C_j (kernels._gram_flush)."""
+        if self.n_gram:
+            Wg, _, mem, pts_ptr, pts, slot, _ = self.groups
+            _gram_flush(Wg, mem, pts_ptr, pts, slot, int(self.fs.Q), self.np["Xg"], self.gram[1], self.gram[4],
+                        self.gram[7])
+
     def _chunk_layout(self, S: int, Q: int, SQ: int, n: int, d: int) -> None:
         """The groups-only step's argument sets, one per *chunk*: runs of one dataset whose group
         weights, with the dataset's X, fit in CHUNK_L2_FRACTION of the L2 cache, so that a chunk
@@ -133,7 +180,7 @@ class StepKernel:
         budget = CHUNK_L2_FRACTION * L2_BYTES
         x_bytes = 8 * n * d
         whole = (self.y0, self.hrow, self.r, a["running"], a["stop"], a["Xg"], Q, mem, pts_ptr, slot, self.gsum,
-                 self.fused, self.fslot, self.Gf, self.Uf, unc_ptr, self.prod)
+                 self.fused, self.fslot, self.Gf, self.Uf, unc_ptr, self.prod, self.gram)
         self.chunks = [whole]
         if slot.shape[0] == 0 or x_bytes > budget / 2:
             return
@@ -159,10 +206,11 @@ class StepKernel:
             m = int((dk >= 0).sum())
             prod = (np.where(dk >= 0, dk - lo, -1), Ub[lo:lo + m], Gb[lo:lo + m], m, np.array([m]), *self.prod[5:])
             fslot = np.where(self.fslot[q0:q1] >= 0, self.fslot[q0:q1] - k0, -1)
+            gram = (self.gram[0][k0:k1 + 1], self.gram[1][k0:k1 + 1], *self.gram[2:])
             self.chunks.append((self.y0[q0:q1], self.hrow[q0:q1], self.r[q0:q1], a["running"][q0:q1],
                                 a["stop"][q0:q1], a["Xg"][s:s + 1], q1 - q0, mem[k0:k1 + 1], pts_ptr[k0:k1 + 1],
                                 slot[k0:k1] - q0, self.gsum[k0:k1], self.fused[k0:k1], fslot,
-                                self.Gf[q0:q1], self.Uf[q0:q1], unc_ptr[k0:k1 + 1], prod))
+                                self.Gf[q0:q1], self.Uf[q0:q1], unc_ptr[k0:k1 + 1], prod, gram))
 
     def _groups(self, update: bool) -> None:
         """The groups' step (``update``) or only their share of h at the current state (the
@@ -172,11 +220,19 @@ class StepKernel:
         Wg, ag, mem, pts_ptr, pts, slot, dpos = self.groups
         _groups_step(self.coef, a["running"], self.r, a["Xg"], int(self.fs.Q), Wg, ag, mem, pts_ptr, pts, slot,
                      dpos, self.prod[2], self.prod[1], self.hrow, self.gsum, self.g, self.u, update,
-                     self.fused, self.Gf, self.Uf, *self.unc)
+                     self.fused, self.Gf, self.Uf, *self.unc, self.gram)
 
     def steps(self, count: int, t0: int, kappa: float, lr: float, target: float, early_exit: bool = True) -> int:
         """``count`` steps from iteration t0 with the stop test at every step; returns the steps
-        done (with ``early_exit``, fewer once no run is training: the rest would change nothing)."""
+        done (with ``early_exit``, fewer once no run is training: the rest would change nothing).
+        The group weights are up to date on return (the Gram groups' are brought up to date)."""
+        self._gram_begin()
+        try:
+            return self._steps(count, t0, kappa, lr, target, early_exit)
+        finally:
+            self._gram_end()
+
+    def _steps(self, count: int, t0: int, kappa: float, lr: float, target: float, early_exit: bool) -> int:
         fs, a = self.fs, self.np
         has_groups = self.groups[5].shape[0] > 0
         groups_only = FUSE_GROUPS_ONLY and has_groups and fs.total_live == 0
@@ -186,11 +242,11 @@ class StepKernel:
             Wg, ag, pts = self.groups[0], self.groups[1], self.groups[4]
             done = 0
             for (y0, hrow, r, running, stop, Xg, Q, mem, pts_ptr, slot, gsum, fused, fslot, Gf, Uf, unc_ptr,
-                 prod) in self.chunks:
+                 prod, gram) in self.chunks:
                 done = max(done, _groups_only_steps(count, t0, kappa, lr, target, early_exit, y0, hrow, r, running,
                                                     stop, Xg, Q, Wg, ag, mem, pts_ptr, pts, slot, gsum, self.g,
                                                     self.u, fused, fslot, Gf, Uf, self.rows, unc_ptr, self.unc[1],
-                                                    self.unc[2], prod))
+                                                    self.unc[2], prod, gram))
             return done
         training = int(a["running"].sum())
         exact = fs.total_live > 0

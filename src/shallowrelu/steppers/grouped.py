@@ -364,6 +364,7 @@ class _Piece:
         self.kernel = step_kernel.StepKernel(fs, self.groups, self.y0) if self.compiled else None
         self.group_neurons = self.groups.N
         self.product_groups = int((self.groups.dpos >= 0).sum())
+        self.gram_groups = self.kernel.n_gram if self.kernel is not None else 0
         self.uncertain_neurons = int((self.groups.unc_ptr[1:] > self.groups.unc_ptr[:-1]).sum())
         self.exact_neurons = int(exact.sum())
         runs, neurons = self.groups.neurons(torch.ones(self.groups.N, dtype=torch.bool, device=b.W.device))
@@ -484,7 +485,7 @@ class _Piece:
                 break
         self._store()
         _count(pieces=1, group_neurons=self.group_neurons, product_groups=self.product_groups,
-               uncertain_neurons=self.uncertain_neurons,
+               gram_groups=self.gram_groups, uncertain_neurons=self.uncertain_neurons,
                exact_neurons=self.exact_neurons, rebuilds=self.rebuilds,
                demoted=self.demoted, redone_blocks=self.redone, refreshes=self.refreshes,
                readmitted=self.readmitted, demoted_twice=int(self.twice.sum()))
