@@ -58,16 +58,21 @@ def _check(res, spec, max_iters, n_log, target=None):
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+@pytest.mark.parametrize("gram", [True, False])
 @pytest.mark.parametrize("dense_groups", [False, True])
 @pytest.mark.parametrize("device", DEVICES)
-def test_grouped_matches_reference_across_regimes(counters, device, dense_groups, monkeypatch, kernel):
+def test_grouped_matches_reference_across_regimes(counters, device, dense_groups, gram, monkeypatch, kernel):
     """Lazy to rich λ on both schemes, cap 6000: loss-target stops and capped runs, with groups in
     the long chunks (and margins refreshed there); ``dense_groups``: groups with many points take
     their g_k and X u_k from matrix products (the compiled path's large-d mode, forced here). The
     compiled path also makes one-neuron groups with uncertain points (computed every step); at
     most 2 here, so that neurons with more stay exact and the mixed step runs too (n = 8 points
-    would otherwise let every neuron be such a group)."""
+    would otherwise let every neuron be such a group). ``gram``: small groups, with or without
+    uncertain points, step in pre-activation coordinates (compiled path; off: the loops)."""
+    if not gram and not (kernel == "numba" and device == "cpu"):
+        pytest.skip("Gram groups are the compiled path's")
     monkeypatch.setattr(grouped, "MAX_UNCERTAIN", 2)
+    monkeypatch.setattr(step_kernel, "GRAM_GROUPS", gram)
     if dense_groups:
         monkeypatch.setattr(grouped, "PRODUCT_MIN_POINTS_X_DIM", 0)
         monkeypatch.setattr(grouped, "PRODUCT_MIN_GROUPS", 1)
@@ -81,6 +86,7 @@ def test_grouped_matches_reference_across_regimes(counters, device, dense_groups
     assert counters["group_neurons"] > 0 and counters["exact_neurons"] > 0 and counters["refreshes"] > 0
     compiled = kernel == "numba" and device == "cpu"
     assert (counters["uncertain_neurons"] > 0) == compiled
+    assert (counters["gram_groups"] > 0) == (compiled and gram) == (counters["gram_uncertain"] > 0)
     assert (counters["product_groups"] > 0) == (compiled and dense_groups and blas.available())
 
 
@@ -168,10 +174,39 @@ def test_movement_bound_covers_the_movement(monkeypatch):
         for _ in range(6):
             pc._block(grouped.BLOCK_STEPS)
         moved = torch.linalg.vector_norm(gs.W - before, dim=1)
-        bound = gs.movement() - gs.allow * gs.steps_since_refresh
+        bound = gs.movement() - gs.allow * gs.steps_since_refresh[gs.gid]
         assert bool((moved <= bound * (1 + 1e-9) + 1e-300).all())
-        assert float(moved.max()) > 0 and gs.steps_since_refresh == 6 * grouped.BLOCK_STEPS
+        assert float(moved.max()) > 0 and bool((gs.steps_since_refresh == 6 * grouped.BLOCK_STEPS).all())
 
+
+def test_partial_refresh_keeps_each_groups_bound(monkeypatch):
+    """A refresh of some groups (GroupSet.refresh(groups)) resets only their margins, sums and step
+    counts; afterwards every member's bound still covers its movement since its own group's last
+    refresh (torch and compiled step)."""
+    monkeypatch.setattr(grouped, "SAFETY", 0.0)
+    for compiled in ([False, True] if kernels.use_numba() else [False]):
+        pc = _piece(_light(make_trial("centred", 8, 40, 5), 4.0**-3), compiled)
+        gs = pc.groups
+        assert gs.G > 1
+        gs.refresh()
+        start = gs.W.clone()
+        for _ in range(3):
+            pc._block(grouped.BLOCK_STEPS)
+        which = torch.zeros(gs.G, dtype=torch.bool)
+        which[0] = True
+        gsum, margin = gs.gsum.clone(), gs.margin.clone()
+        gs.refresh(which)
+        mid = gs.W.clone()
+        others = gs.gid != 0
+        assert float(gs.gsum[0]) == 0.0 and torch.equal(gs.gsum[1:], gsum[1:]) and float(gsum[0]) > 0
+        assert torch.equal(gs.margin[others], margin[others])
+        steps = gs.steps_since_refresh
+        assert int(steps[0]) == 0 and bool((steps[1:] == 3 * grouped.BLOCK_STEPS).all())
+        for _ in range(3):
+            pc._block(grouped.BLOCK_STEPS)
+        moved = torch.linalg.vector_norm(gs.W - torch.where(others[:, None], start, mid), dim=1)
+        bound = gs.movement() - gs.allow * gs.steps_since_refresh[gs.gid]
+        assert bool((moved <= bound * (1 + 1e-9) + 1e-300).all()) and float(moved[~others].max()) > 0
 
 def test_uncertified_block_is_undone_and_the_neuron_demoted(monkeypatch, counters):
     """A margin shrunk below the movement makes the block fail: it is undone (state as before),
@@ -180,8 +215,8 @@ def test_uncertified_block_is_undone_and_the_neuron_demoted(monkeypatch, counter
     spec = RunSpec(tr, 4.0**-3, "k")
     refresh = grouped.GroupSet.refresh
 
-    def tight(self):
-        bad = refresh(self)
+    def tight(self, groups=None):
+        bad = refresh(self, groups)
         self.margin[:1] = 0.0  # the first member can never be certified
         return bad
 
@@ -397,7 +432,8 @@ def test_gram_flush_keeps_coordinates_no_step_could_change(kernel):
     C = rng.standard_normal(6) * 1e-3  # two members × three points
     umax = np.array([1e-17, 1.0])
     W0, C0 = W.copy(), C.copy()
-    kernels._gram_flush(W, np.array([0, 2]), np.array([0, 3]), pts, np.array([0]), 1, X, np.array([0, 6]), C, umax)
+    kernels._gram_flush(W, np.array([0, 2]), np.array([0, 3]), pts, np.array([0]), 1, X, np.array([0, 6]), C, umax,
+                        np.empty(4))
     full = W0 + C0.reshape(2, 3) @ X[0, pts]
     np.testing.assert_allclose(W[1], full[1], rtol=1e-15)  # umax large: every coordinate moves
     assert W[0, 1] == pytest.approx(full[0, 1], rel=1e-15)  # 1e-20 + 1e-17 ≠ 1e-20: it moves

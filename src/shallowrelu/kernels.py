@@ -223,15 +223,16 @@ def _groups_step(coef, running, r, Xg, Q, Wg, ag, mem, pts_ptr, pts, slot, dpos,
     u_k to Uf, for the next step's passes). A one-neuron group with uncertain points
     (unc[unc_ptr[k]:unc_ptr[k+1]]) adds r_i x_i of those active at t (uact) to its direction, and
     forms their pre-activations at the new state exactly: its share of h there is relu(w·x_i)·a.
-    Gram groups (zptr[k+1] > zptr[k], ``gram`` = (kptr, zptr, Kb, Zb, Cb, scratch, unit, umax))
-    step in pre-activation coordinates (:func:`_gram_group`)."""
-    kptr, zptr, Kb, Zb, Cb, scratch, unit, umax = gram
+    Gram groups (zptr[k+1] > zptr[k]; ``gram`` = (kptr, zptr, gptr, gcert, Kb, Zb, Cb, gpts,
+    scratch, unit, umax), step_kernel.StepKernel._gram_layout) step in pre-activation coordinates
+    (:func:`_gram_group`)."""
+    kptr, zptr, gptr, gcert, Kb, Zb, Cb, gpts, scratch, unit, umax = gram
     hrow[:, :] = 0.0
     for k in range(slot.shape[0]):
         q = slot[k]
         if zptr[k + 1] > zptr[k]:
-            gn = _gram_group(coef, update and running[q], update, r[q], hrow[q], pts, pts_ptr[k], pts_ptr[k + 1], Kb,
-                             kptr[k], Zb, Cb, zptr[k], ag, mem[k], mem[k + 1], scratch, unit, umax)
+            gn = _gram_group(coef, update and running[q], update, r[q], hrow[q], gpts, gptr[k], gptr[k + 1], gcert[k],
+                             Kb, kptr[k], Zb, Cb, zptr[k], ag, mem[k], mem[k + 1], scratch, unit, umax)
             if update:
                 gsum[k] += gn
             continue
@@ -267,7 +268,7 @@ def _groups_step(coef, running, r, Xg, Q, Wg, ag, mem, pts_ptr, pts, slot, dpos,
 
 
 @_njit(fast=True)
-def _gram_group(coef, run, update, r_q, h_q, pts, lo, hi, Kb, k0, Zb, Cb, z0, ag, mlo, mhi, scratch, unit,
+def _gram_group(coef, run, update, r_q, h_q, pts, lo, hi, pc, Kb, k0, Zb, Cb, z0, ag, mlo, mhi, scratch, unit,
                 umax):  # pragma: no cover - compiled
     """A *Gram group* (points P = pts[lo:hi], p of them; members mlo..mhi) stepped in
     pre-activation coordinates: its members' pre-activations on P, Z_ji = w_j·x_i (rows of p at
@@ -280,13 +281,15 @@ def _gram_group(coef, run, update, r_q, h_q, pts, lo, hi, Kb, k0, Zb, Cb, z0, ag
     √(vᵀK_P v + δ), δ = (unit + 4p·u)·(Σ_i |v_i|·‖x_i‖)² with unit = 2(d + 2)·u (u the unit
     roundoff) covers the rounding of K_P's entries (sums of d products) and of the two sums over
     P, in any order; else 0. umax[j] keeps the largest bound |coef·a_j|·‖g‖ on a step's change of
-    any coordinate of w_j (for :func:`_gram_flush`)."""
+    any coordinate of w_j (for :func:`_gram_flush`). Points pts[lo + pc:hi] are a one-neuron group's
+    *uncertain* points: active where their pre-activation (tracked in Z like the others) is > 0,
+    in the direction at t and in the share of h (relu) at the new state."""
     p = hi - lo
     v, kv, hz = scratch[0], scratch[1], scratch[2]
     gn = 0.0
     if update:
         for i in range(p):
-            v[i] = r_q[pts[lo + i]]
+            v[i] = r_q[pts[lo + i]] if i < pc or Zb[z0 + i] > 0.0 else 0.0
         vkv = 0.0
         s_abs = 0.0
         for i in range(p):
@@ -319,13 +322,16 @@ def _gram_group(coef, run, update, r_q, h_q, pts, lo, hi, Kb, k0, Zb, Cb, z0, ag
         else:
             for i in range(p):
                 hz[i] += aj * Zb[zr + i]
-    for i in range(p):
+    for i in range(pc):
         h_q[pts[lo + i]] += hz[i]
+    for i in range(pc, p):  # one member: hz[i] = a·z
+        if Zb[z0 + i] > 0.0:
+            h_q[pts[lo + i]] += hz[i]
     return gn
 
 
 @_njit(fast=True)
-def _gram_setup(Wg, mem, pts_ptr, pts, slot, Q, Xg, kptr, zptr, Kb, Zb, Cb, umax,
+def _gram_setup(Wg, mem, gptr, gpts, slot, Q, Xg, kptr, zptr, Kb, Zb, Cb, umax,
                 with_k):  # pragma: no cover - compiled
     """Gram groups (:func:`_gram_group`): Z_ji = w_j·x_i from the weights, C = 0, umax = 0 and,
     with ``with_k``, K_P = X_P X_Pᵀ."""
@@ -334,13 +340,13 @@ def _gram_setup(Wg, mem, pts_ptr, pts, slot, Q, Xg, kptr, zptr, Kb, Zb, Cb, umax
         if zptr[k + 1] == zptr[k]:
             continue
         Xs = Xg[slot[k] // Q]
-        lo = pts_ptr[k]
-        p = pts_ptr[k + 1] - lo
+        lo = gptr[k]
+        p = gptr[k + 1] - lo
         if with_k:
             for i in range(p):
-                xi = Xs[pts[lo + i]]
+                xi = Xs[gpts[lo + i]]
                 for i2 in range(i + 1):
-                    x2 = Xs[pts[lo + i2]]
+                    x2 = Xs[gpts[lo + i2]]
                     acc = 0.0
                     for c in range(d):
                         acc += xi[c] * x2[c]
@@ -351,7 +357,7 @@ def _gram_setup(Wg, mem, pts_ptr, pts, slot, Q, Xg, kptr, zptr, Kb, Zb, Cb, umax
             umax[j] = 0.0
             zr = zptr[k] + (j - mem[k]) * p
             for i in range(p):
-                xi = Xs[pts[lo + i]]
+                xi = Xs[gpts[lo + i]]
                 acc = 0.0
                 for c in range(d):
                     acc += w[c] * xi[c]
@@ -360,33 +366,36 @@ def _gram_setup(Wg, mem, pts_ptr, pts, slot, Q, Xg, kptr, zptr, Kb, Zb, Cb, umax
 
 
 @_njit
-def _gram_flush(Wg, mem, pts_ptr, pts, slot, Q, Xg, zptr, Cb, umax):  # pragma: no cover - compiled
-    """Gram groups' weights: w_j ← w_j + X_Pᵀ C_j (the steps since :func:`_gram_setup`), C = 0 —
-    except coordinates that no step could have changed: where w ± umax[j] rounds to w, every
-    step's update (at most umax[j] in size) rounded away in the step-by-step arithmetic, so the
-    coordinate keeps its value, as there (the "frozen" stop rule; strict arithmetic here, so that
-    test is not simplified away)."""
+def _gram_flush(Wg, mem, gptr, gpts, slot, Q, Xg, zptr, Cb, umax, acc):  # pragma: no cover - compiled
+    """Gram groups' weights: w_j ← w_j + X_Pᵀ C_j (the steps since :func:`_gram_setup`; ``acc`` a
+    scratch row of d), C = 0 — except coordinates that no step could have changed: where
+    w ± umax[j] rounds to w, every step's update (at most umax[j] in size) rounded away in the
+    step-by-step arithmetic, so the coordinate keeps its value, as there (the "frozen" stop rule;
+    strict arithmetic here, so that test is not simplified away)."""
     d = Wg.shape[1]
     for k in range(slot.shape[0]):
         if zptr[k + 1] == zptr[k]:
             continue
         Xs = Xg[slot[k] // Q]
-        lo = pts_ptr[k]
-        p = pts_ptr[k + 1] - lo
+        lo = gptr[k]
+        p = gptr[k + 1] - lo
         for j in range(mem[k], mem[k + 1]):
             w = Wg[j]
             zr = zptr[k] + (j - mem[k]) * p
+            for c in range(d):
+                acc[c] = 0.0
+            for i in range(p):
+                ci = Cb[zr + i]
+                Cb[zr + i] = 0.0
+                xi = Xs[gpts[lo + i]]
+                for c in range(d):
+                    acc[c] += ci * xi[c]
             um = umax[j]
             for c in range(d):
                 wc = w[c]
                 if wc + um == wc and wc - um == wc:
                     continue
-                acc = 0.0
-                for i in range(p):
-                    acc += Cb[zr + i] * Xs[pts[lo + i], c]
-                w[c] = wc + acc
-            for i in range(p):
-                Cb[zr + i] = 0.0
+                w[c] = wc + acc[c]
 
 @_njit
 def _uncertain_h(h_q, Xs, unc, uact, lo, hi, w, aj):  # pragma: no cover - compiled

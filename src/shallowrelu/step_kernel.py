@@ -124,47 +124,52 @@ class StepKernel:
         self.rows = max(1, FUSED_BLOCK_BYTES // (8 * d))
 
     def _gram_layout(self, n: int, d: int) -> None:
-        """Gram groups (kernels._gram_group): groups that are neither product nor fused groups and
-        have no uncertain points, with p ≤ GRAM_MAX_POINTS points and m members, where p² + 4·m·p
+        """Gram groups (kernels._gram_group): groups that are neither product nor fused groups,
+        with p ≤ GRAM_MAX_POINTS points (certain and uncertain) and m members, where p² + 4·m·p
         (the step in pre-activation coordinates) is at most GRAM_COST_RATIO of 2·p·d + 3·m·d (the
-        loops'). ``gram`` = (kptr, zptr, Kb, Zb, Cb, scratch, unit, umax): per group the offsets of
-        its K_P (p², 0 for other groups) and of its members' Z and C rows (m·p) in the flat buffers,
-        three scratch rows of n, the rounding unit 2(d + 2)·u of the ‖g‖ bound and per member the
-        largest update bound since the start of the call. K_P is formed
+        loops'). ``gram`` = (kptr, zptr, gptr, gcert, Kb, Zb, Cb, gpts, scratch, unit, umax): per
+        group the offsets of its K_P (p², 0 for other groups), of its members' Z and C rows (m·p)
+        in the flat buffers and of its points in ``gpts`` (the certain ones, then its ``gcert``-th
+        on the uncertain ones), three scratch rows of n, the rounding unit 2(d + 2)·u of the ‖g‖
+        bound and per member the largest update bound since the start of the call. K_P is formed
         here; Z and C at the start of every :meth:`steps` call (:meth:`_gram_begin`)."""
-        mem, pts_ptr, slot, dpos = (self.groups[i] for i in (2, 3, 5, 6))
+        mem, pts_ptr, pts, slot, dpos = (self.groups[i] for i in (2, 3, 4, 5, 6))
+        unc_ptr, unc = self.unc[0], self.unc[1]
         G = slot.shape[0]
-        p = np.diff(pts_ptr)
+        pc = np.diff(pts_ptr)
+        p = pc + np.diff(unc_ptr)
         m = np.diff(mem)
-        ok = (~self.fused) & (dpos < 0) & (np.diff(self.unc[0]) == 0) & (p >= 1) & (p <= GRAM_MAX_POINTS)
+        ok = (~self.fused) & (dpos < 0) & (p >= 1) & (p <= GRAM_MAX_POINTS)
         ok &= p * p + 4 * m * p <= GRAM_COST_RATIO * (2 * p * d + 3 * m * d)
         ok &= GRAM_GROUPS
-        kptr = np.zeros(G + 1, dtype=np.int64)
-        zptr = np.zeros(G + 1, dtype=np.int64)
+        kptr, zptr, gptr = (np.zeros(G + 1, dtype=np.int64) for _ in range(3))
         np.cumsum(np.where(ok, p * p, 0), out=kptr[1:])
         np.cumsum(np.where(ok, m * p, 0), out=zptr[1:])
+        np.cumsum(np.where(ok, p, 0), out=gptr[1:])
+        gpts = np.concatenate([np.zeros(0, dtype=np.int64)] + [
+            np.concatenate([pts[pts_ptr[k]:pts_ptr[k + 1]], unc[unc_ptr[k]:unc_ptr[k + 1]]])
+            for k in np.flatnonzero(ok)])
         self.n_gram = int(ok.sum())
+        self.n_gram_uncertain = int((ok & (p > pc)).sum())  # one-neuron Gram groups with uncertain points
         unit = 2.0 * (d + 2) * float(np.finfo(np.float64).eps) / 2
-        self.gram = (kptr, zptr, np.zeros(int(kptr[-1])), np.zeros(int(zptr[-1])), np.zeros(int(zptr[-1])),
-                     np.zeros((3, n)), unit, np.zeros(self.groups[0].shape[0]))
-        if self.n_gram:
-            Wg, _, mem, pts_ptr, pts, slot, _ = self.groups
-            _gram_setup(Wg, mem, pts_ptr, pts, slot, int(self.fs.Q), self.np["Xg"], kptr, zptr, *self.gram[2:5],
-                        self.gram[7], True)
+        self.gram = (kptr, zptr, gptr, pc.astype(np.int64), np.zeros(int(kptr[-1])), np.zeros(int(zptr[-1])),
+                     np.zeros(int(zptr[-1])), gpts.astype(np.int64), np.zeros((3, n)), unit,
+                     np.zeros(self.groups[0].shape[0]))
+        self._gram_begin(with_k=True)
 
-    def _gram_begin(self) -> None:
-        """Z = the Gram groups' pre-activations from their weights, C = 0."""
+    def _gram_begin(self, with_k: bool = False) -> None:
+        """Z = the Gram groups' pre-activations from their weights, C = 0 (``with_k``: K_P too)."""
         if self.n_gram:
-            Wg, _, mem, pts_ptr, pts, slot, _ = self.groups
-            _gram_setup(Wg, mem, pts_ptr, pts, slot, int(self.fs.Q), self.np["Xg"], *self.gram[:5], self.gram[7],
-                        False)
+            Wg, _, mem, _, _, slot, _ = self.groups
+            kptr, zptr, gptr, _, Kb, Zb, Cb, gpts, _, _, umax = self.gram
+            _gram_setup(Wg, mem, gptr, gpts, slot, int(self.fs.Q), self.np["Xg"], kptr, zptr, Kb, Zb, Cb, umax, with_k)
 
     def _gram_end(self) -> None:
         """The Gram groups' weights brought up to date: w_j += X_Pᵀ C_j (kernels._gram_flush)."""
         if self.n_gram:
-            Wg, _, mem, pts_ptr, pts, slot, _ = self.groups
-            _gram_flush(Wg, mem, pts_ptr, pts, slot, int(self.fs.Q), self.np["Xg"], self.gram[1], self.gram[4],
-                        self.gram[7])
+            Wg, _, mem, _, _, slot, _ = self.groups
+            _, zptr, gptr, _, _, _, Cb, gpts, _, _, umax = self.gram
+            _gram_flush(Wg, mem, gptr, gpts, slot, int(self.fs.Q), self.np["Xg"], zptr, Cb, umax, self.g)
 
     def _chunk_layout(self, S: int, Q: int, SQ: int, n: int, d: int) -> None:
         """The groups-only step's argument sets, one per *chunk*: runs of one dataset whose group
@@ -206,7 +211,8 @@ class StepKernel:
             m = int((dk >= 0).sum())
             prod = (np.where(dk >= 0, dk - lo, -1), Ub[lo:lo + m], Gb[lo:lo + m], m, np.array([m]), *self.prod[5:])
             fslot = np.where(self.fslot[q0:q1] >= 0, self.fslot[q0:q1] - k0, -1)
-            gram = (self.gram[0][k0:k1 + 1], self.gram[1][k0:k1 + 1], *self.gram[2:])
+            kptr, zptr, gptr, gcert = self.gram[:4]
+            gram = (kptr[k0:k1 + 1], zptr[k0:k1 + 1], gptr[k0:k1 + 1], gcert[k0:k1], *self.gram[4:])
             self.chunks.append((self.y0[q0:q1], self.hrow[q0:q1], self.r[q0:q1], a["running"][q0:q1],
                                 a["stop"][q0:q1], a["Xg"][s:s + 1], q1 - q0, mem[k0:k1 + 1], pts_ptr[k0:k1 + 1],
                                 slot[k0:k1] - q0, self.gsum[k0:k1], self.fused[k0:k1], fslot,

@@ -34,8 +34,10 @@ allowance stays below μ_j for every group neuron, so no group neuron's pre-acti
 sign at any step of it; otherwise the block is undone, the failing neurons leave their groups
 (exact, or on the compiled path one-neuron groups with uncertain points; exact if they fail
 again) and the layout is rebuilt. Margins are refreshed when the bound reaches REFRESH_AT of them (late in
-training, when ‖g‖ is small, after many blocks). The layout is chosen afresh every
-SUBCHUNK_STEPS steps from the state alone, so a resumed job repeats the same decisions.
+training, when ‖g‖ is small, after many blocks): those of the groups where some neuron's bound has
+reached REFRESH_GROUPS_AT of its margin, each group's bound running from its own last refresh.
+The layout is chosen afresh every SUBCHUNK_STEPS steps from the state alone, so a resumed job
+repeats the same decisions.
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ MAX_BLOCK_STEPS = 8192  # blocks grow up to this while the bound grows slowly (s
 BOUND_SLACK = 1e-6  # relative slack on the accumulated movement bound (its own rounding)
 SAFETY = 4.0  # at a (re)build a group neuron's margin must exceed SAFETY × its predicted window movement
 WINDOW_STEPS = 128  # the movement predicted at a build covers this many steps
-REFRESH_AT = 0.5  # refresh the margins once a neuron's bound reaches this share of its margin
+REFRESH_AT = 0.5  # refresh the margins once a neuron's bound reaches this share of its margin ...
+REFRESH_GROUPS_AT = 0.25  # ... those of the groups where some neuron's bound has reached this share
 PRODUCT_POINTS_FRACTION = 0.25  # compiled path: groups with at least this share of the n points ...
 
 
@@ -261,7 +264,7 @@ class GroupSet:
         self.margin = torch.full((self.N,), float("inf"), dtype=dt, device=dev)
         self.zn = torch.zeros(self.N, dtype=dt, device=dev)
         self.allow = torch.zeros(self.N, dtype=dt, device=dev)
-        self.steps_since_refresh = 0
+        self.steps_since_refresh = torch.zeros(G, dtype=torch.long, device=dev)  # per group
         self.W_bak, self.a_bak = torch.empty_like(self.W), torch.empty_like(self.a)
 
     # -- transfer -------------------------------------------------------------------------
@@ -305,13 +308,15 @@ class GroupSet:
         self.a.addcmul_(ga, c)
 
     # -- certification --------------------------------------------------------------------
-    def refresh(self) -> torch.Tensor:
-        """Exact pre-activations: margins, bound reset. Returns the (N,) mask of members whose
-        signs differ from their group's pattern or lie within rounding of 0."""
+    def refresh(self, groups: torch.Tensor | None = None) -> torch.Tensor:
+        """Exact pre-activations: margins, bound reset — of the members of ``groups`` ((G,) bool;
+        default all: each group's bound runs from its own last refresh). Returns the (N,) mask of
+        members whose signs differ from their group's pattern or lie within rounding of 0."""
         bad = torch.zeros(self.N, dtype=torch.bool, device=self.W.device)
+        sel = torch.ones_like(bad) if groups is None else groups[self.gid]
         wn = torch.linalg.vector_norm(self.W, dim=-1)
-        for s in torch.unique(self.ds_of_member).tolist():
-            idx = torch.nonzero(self.ds_of_member == s).flatten()
+        for s in torch.unique(self.ds_of_member[sel]).tolist():
+            idx = torch.nonzero((self.ds_of_member == s) & sel).flatten()
             pre = self.W[idx] @ self.XgT[s]  # (k, n)
             rnd = rounding_bound(wn[idx], self.xnorm[s], self.d)
             want = self.S[self.gid[idx]] > 0
@@ -321,16 +326,20 @@ class GroupSet:
             mu = (pre.abs() - rnd) / self.xnorm[s]
             self.margin[idx] = mu.masked_fill(exact, float("inf")).amin(1)
         u = torch.finfo(self.W.dtype).eps / 2
-        torch.mul(wn, 8.0 * u * self.d ** 0.5, out=self.allow)  # a few ulps of ‖w_j‖·√d per step
-        torch.sqrt(wn * wn + self.a * self.a, out=self.zn)
-        self.gsum.zero_()
-        self.steps_since_refresh = 0
+        self.allow[sel] = (wn * (8.0 * u * self.d ** 0.5))[sel]  # a few ulps of ‖w_j‖·√d per step
+        self.zn[sel] = torch.sqrt(wn * wn + self.a * self.a)[sel]
+        if groups is None:
+            self.gsum.zero_()
+            self.steps_since_refresh.zero_()
+        else:
+            self.gsum[groups] = 0.0
+            self.steps_since_refresh[groups] = 0
         return bad
 
     def movement(self) -> torch.Tensor:
         """(N,) bound on ‖w_j(t) − w_j(t₀)‖ since the refresh at t₀, rounding allowance included."""
         grow = torch.expm1(self.gsum[self.gid] * (self.coef * (1.0 + BOUND_SLACK)))
-        return self.zn * grow + self.allow * self.steps_since_refresh
+        return self.zn * grow + self.allow * self.steps_since_refresh[self.gid]
 
 
 class _Piece:
@@ -344,6 +353,7 @@ class _Piece:
         self.exclude = torch.zeros(b.W.shape[:2], dtype=torch.bool, device=b.W.device)  # demoted
         self.twice = torch.zeros_like(self.exclude)  # demoted again (as one-neuron groups): exact for the piece
         self.rebuilds = self.demoted = self.redone = self.refreshes = self.readmitted = 0
+        self.refreshed_members = 0
 
     def _build(self, t: int) -> None:
         b = self.b
@@ -365,11 +375,13 @@ class _Piece:
         self.group_neurons = self.groups.N
         self.product_groups = int((self.groups.dpos >= 0).sum())
         self.gram_groups = self.kernel.n_gram if self.kernel is not None else 0
+        self.gram_uncertain = self.kernel.n_gram_uncertain if self.kernel is not None else 0
         self.uncertain_neurons = int((self.groups.unc_ptr[1:] > self.groups.unc_ptr[:-1]).sum())
         self.exact_neurons = int(exact.sum())
         runs, neurons = self.groups.neurons(torch.ones(self.groups.N, dtype=torch.bool, device=b.W.device))
         self.readmitted += int(self.exclude[runs, neurons].sum())  # demoted, now one-neuron groups
         self.fresh = True
+        self.refresh_groups: torch.Tensor | None = None  # at a build: all
 
     def _store(self) -> None:
         self.fs.store(self.b)
@@ -414,7 +426,7 @@ class _Piece:
 
     def _block(self, steps: int) -> None:
         self._snapshot()
-        steps_before = self.groups.steps_since_refresh
+        steps_before = self.groups.steps_since_refresh.clone()
         if self.kernel is not None:
             fs = self.fs
             fs.t.add_(self.kernel.steps(steps, int(fs.t), self.rule.kappa, self.rule.lr, self.rule.target))
@@ -462,7 +474,9 @@ class _Piece:
             if self.fresh:
                 self.fresh = False
                 self.refreshes += 1
-                bad = gr.refresh()
+                bad = gr.refresh(self.refresh_groups)
+                self.refreshed_members += gr.N if self.refresh_groups is None else int(
+                    (self.refresh_groups[gr.gid]).sum())
                 if bool(bad.any()):
                     self._demote(bad, t0 + done)
                     block = BLOCK_STEPS
@@ -480,14 +494,20 @@ class _Piece:
             done += steps
             worst = float(ratio.max())
             self.fresh = worst >= REFRESH_AT
+            if self.fresh:  # the groups whose bound has used up REFRESH_GROUPS_AT of some member's margin
+                most = torch.zeros(gr.G, dtype=ratio.dtype, device=ratio.device)
+                most.scatter_reduce_(0, gr.gid, ratio, "amax")
+                self.refresh_groups = most >= REFRESH_GROUPS_AT
             block = BLOCK_STEPS if self.fresh else self.next_block(worst, worst - before, steps)
             if check_every and not bool(self.fs.running.any()):
                 break
         self._store()
         _count(pieces=1, group_neurons=self.group_neurons, product_groups=self.product_groups,
-               gram_groups=self.gram_groups, uncertain_neurons=self.uncertain_neurons,
+               gram_groups=self.gram_groups, gram_uncertain=self.gram_uncertain,
+               uncertain_neurons=self.uncertain_neurons,
                exact_neurons=self.exact_neurons, rebuilds=self.rebuilds,
                demoted=self.demoted, redone_blocks=self.redone, refreshes=self.refreshes,
+               refreshed_members=self.refreshed_members,
                readmitted=self.readmitted, demoted_twice=int(self.twice.sum()))
 
 
