@@ -300,6 +300,7 @@ def test_provenance_names_the_cpu_step(monkeypatch, kernel):
 
     monkeypatch.setenv(kernels.ENV, kernel)
     assert provenance("cpu")["cpu_kernels"] == kernel
+    assert ("numba_wide_vectors" in provenance("cpu")) == (kernel == "numba")
 
 
 def test_without_numba_auto_falls_back_and_numba_is_refused(monkeypatch):

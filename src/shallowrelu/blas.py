@@ -22,6 +22,8 @@ import os
 
 import numpy as np
 
+from .vectors import configure
+
 SYMBOL = "shallowrelu_dgemm64"
 _I64 = ctypes.POINTER(ctypes.c_int64)
 _F64 = ctypes.POINTER(ctypes.c_double)
@@ -58,6 +60,7 @@ def _register() -> bool:
 
 
 FOUND = _register()
+configure()  # before numba is imported: vectors.py
 
 try:
     import numba

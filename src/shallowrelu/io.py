@@ -282,6 +282,10 @@ def provenance(device: str | None = None) -> dict[str, Any]:
         )
     out = dict(_PROVENANCE_CACHE)
     out["cpu_kernels"] = _cpu_kernels()  # read now: SHALLOWRELU_KERNELS may change within a process
+    if out["cpu_kernels"] == "numba":
+        from .vectors import wide
+
+        out["numba_wide_vectors"] = wide()  # 512-bit vectors in the compiled loops (vectors.py)
     out["created_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if device is not None:
         out["device"] = device

@@ -52,6 +52,9 @@ from contextlib import contextmanager
 import numpy as np
 
 from .blas import gemm as _gemm
+from .vectors import configure
+
+configure()  # before numba is imported (blas.py has already asked; vectors.py)
 
 try:  # optional at import: the torch step is the fallback
     import numba
