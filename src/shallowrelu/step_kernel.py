@@ -129,8 +129,8 @@ class StepKernel:
         (the step in pre-activation coordinates) is at most GRAM_COST_RATIO of 2·p·d + 3·m·d (the
         loops'). ``gram`` = (kptr, zptr, gptr, gcert, Kb, Zb, Cb, gpts, scratch, unit, umax): per
         group the offsets of its K_P (p², 0 for other groups), of its members' Z and C rows (m·p)
-        in the flat buffers and of its points in ``gpts`` (the certain ones, then its ``gcert``-th
-        on the uncertain ones), three scratch rows of n, the rounding unit 2(d + 2)·u of the ‖g‖
+        in the flat buffers and of its points in ``gpts`` (its ``gcert`` certain points first, then
+        its uncertain ones), three scratch rows of n, the rounding unit 2(d + 2)·u of the ‖g‖
         bound and per member the largest update bound since the start of the call. K_P is formed
         here; Z and C at the start of every :meth:`steps` call (:meth:`_gram_begin`)."""
         mem, pts_ptr, pts, slot, dpos = (self.groups[i] for i in (2, 3, 4, 5, 6))
