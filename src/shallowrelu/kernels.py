@@ -64,6 +64,7 @@ except ImportError:  # pragma: no cover - numba is a dependency, but keep the pa
 ENV = "SHALLOWRELU_KERNELS"
 CHOICES = ("auto", "numba", "torch")
 FASTMATH = {"reassoc", "contract"}  # only for the groups' loops (module docstring)
+UNIT_ROUNDOFF = 2.0**-53  # u of float64 (the Gram groups' rounding bound)
 
 
 def choice() -> str:
@@ -303,7 +304,7 @@ def _gram_group(coef, run, update, r_q, h_q, pts, lo, hi, pc, Kb, k0, Zb, Cb, z0
             kv[i] = acc
             vkv += v[i] * acc
             s_abs += abs(v[i]) * np.sqrt(Kb[row + i])
-        gn = np.sqrt(max(vkv, 0.0) + (unit + 4.0 * p * 1.1102230246251565e-16) * s_abs * s_abs)
+        gn = np.sqrt(max(vkv, 0.0) + (unit + 4.0 * p * UNIT_ROUNDOFF) * s_abs * s_abs)
     for i in range(p):
         hz[i] = 0.0
     for j in range(mlo, mhi):
