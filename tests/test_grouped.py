@@ -160,16 +160,23 @@ def test_a_neuron_at_its_boundary_is_never_in_a_group():
     assert not bool(gs.refresh()[0]) and gs.uncertain == int(unc.sum())
 
 
+def _refreshed_pieces(monkeypatch):
+    """A piece (d = 8, λ = 4⁻³, every live neuron with a margin in a group) just refreshed, with the
+    torch step and, where numba is there, the compiled one."""
+    monkeypatch.setattr(grouped, "SAFETY", 0.0)
+    for compiled in ([False, True] if kernels.use_numba() else [False]):
+        pc = _piece(_light(make_trial("centred", 8, 40, 5), 4.0**-3), compiled)
+        assert pc.groups.G > 1
+        pc.groups.refresh()
+        yield pc
+
+
 def test_movement_bound_covers_the_movement(monkeypatch):
     """The bound ‖z_j(t₀)‖·(exp(coef·Σ‖g_k‖) − 1) is at least each group neuron's actual movement
     over many blocks (the inequality the certification rests on), with the torch and the compiled
     step."""
-    monkeypatch.setattr(grouped, "SAFETY", 0.0)
-    for compiled in ([False, True] if kernels.use_numba() else [False]):
-        pc = _piece(_light(make_trial("centred", 8, 40, 5), 4.0**-3), compiled)
+    for pc in _refreshed_pieces(monkeypatch):
         gs = pc.groups
-        assert gs.G > 0
-        gs.refresh()
         before = gs.W.clone()
         for _ in range(6):
             pc._block(grouped.BLOCK_STEPS)
@@ -183,12 +190,8 @@ def test_partial_refresh_keeps_each_groups_bound(monkeypatch):
     """A refresh of some groups (GroupSet.refresh(groups)) resets only their margins, sums and step
     counts; afterwards every member's bound still covers its movement since its own group's last
     refresh (torch and compiled step)."""
-    monkeypatch.setattr(grouped, "SAFETY", 0.0)
-    for compiled in ([False, True] if kernels.use_numba() else [False]):
-        pc = _piece(_light(make_trial("centred", 8, 40, 5), 4.0**-3), compiled)
+    for pc in _refreshed_pieces(monkeypatch):
         gs = pc.groups
-        assert gs.G > 1
-        gs.refresh()
         start = gs.W.clone()
         for _ in range(3):
             pc._block(grouped.BLOCK_STEPS)

@@ -51,10 +51,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from .blas import gemm as _gemm
-from .vectors import configure
-
-configure()  # before numba is imported (blas.py has already asked; vectors.py)
+from .blas import gemm as _gemm  # first: it asks for numba's vector width before importing it (vectors.py)
+from .envvars import env_choice
 
 try:  # optional at import: the torch step is the fallback
     import numba
@@ -69,10 +67,7 @@ UNIT_ROUNDOFF = 2.0**-53  # u of float64 (the Gram groups' rounding bound)
 
 def choice() -> str:
     """The kernel choice from SHALLOWRELU_KERNELS (default 'auto'), validated."""
-    v = os.environ.get(ENV, "auto").strip().lower() or "auto"
-    if v not in CHOICES:
-        raise ValueError(f"{ENV}={v!r}: allowed values are {', '.join(CHOICES)}")
-    return v
+    return env_choice(ENV, CHOICES)
 
 
 def use_numba() -> bool:
@@ -335,10 +330,29 @@ def _gram_group(coef, run, update, r_q, h_q, pts, lo, hi, pc, Kb, k0, Zb, Cb, z0
 
 
 @_njit(fast=True)
-def _gram_setup(Wg, mem, gptr, gpts, slot, Q, Xg, kptr, zptr, Kb, Zb, Cb, umax,
-                with_k):  # pragma: no cover - compiled
-    """Gram groups (:func:`_gram_group`): Z_ji = w_j·x_i from the weights, C = 0, umax = 0 and,
-    with ``with_k``, K_P = X_P X_Pᵀ."""
+def _gram_k(gptr, gpts, slot, Q, Xg, kptr, Kb):  # pragma: no cover - compiled
+    """Gram groups (:func:`_gram_group`, those with kptr[k+1] > kptr[k]): K_P = X_P X_Pᵀ."""
+    d = Xg.shape[2]
+    for k in range(slot.shape[0]):
+        if kptr[k + 1] == kptr[k]:
+            continue
+        Xs = Xg[slot[k] // Q]
+        lo = gptr[k]
+        p = gptr[k + 1] - lo
+        for i in range(p):
+            xi = Xs[gpts[lo + i]]
+            for i2 in range(i + 1):
+                x2 = Xs[gpts[lo + i2]]
+                acc = 0.0
+                for c in range(d):
+                    acc += xi[c] * x2[c]
+                Kb[kptr[k] + i * p + i2] = acc
+                Kb[kptr[k] + i2 * p + i] = acc
+
+
+@_njit(fast=True)
+def _gram_setup(Wg, mem, gptr, gpts, slot, Q, Xg, zptr, Zb, Cb, umax):  # pragma: no cover - compiled
+    """Gram groups (:func:`_gram_group`): Z_ji = w_j·x_i from the weights, C = 0, umax = 0."""
     d = Wg.shape[1]
     for k in range(slot.shape[0]):
         if zptr[k + 1] == zptr[k]:
@@ -346,16 +360,6 @@ def _gram_setup(Wg, mem, gptr, gpts, slot, Q, Xg, kptr, zptr, Kb, Zb, Cb, umax,
         Xs = Xg[slot[k] // Q]
         lo = gptr[k]
         p = gptr[k + 1] - lo
-        if with_k:
-            for i in range(p):
-                xi = Xs[gpts[lo + i]]
-                for i2 in range(i + 1):
-                    x2 = Xs[gpts[lo + i2]]
-                    acc = 0.0
-                    for c in range(d):
-                        acc += xi[c] * x2[c]
-                    Kb[kptr[k] + i * p + i2] = acc
-                    Kb[kptr[k] + i2 * p + i] = acc
         for j in range(mem[k], mem[k + 1]):
             w = Wg[j]
             umax[j] = 0.0

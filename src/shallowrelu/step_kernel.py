@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .kernels import _exact_mid, _exact_w, _gram_flush, _gram_setup, _groups_only_steps, _groups_step
+from .kernels import _exact_mid, _exact_w, _gram_flush, _gram_k, _gram_setup, _groups_only_steps, _groups_step
 
 FUSE_GROUPS_ONLY = True  # whole steps in one compiled call when every live neuron is in a group
 FUSED_BLOCK_BYTES = 1 << 17  # the fused pass's block of points, in bytes of X (held in L2 for all runs of a dataset;
@@ -155,14 +155,15 @@ class StepKernel:
         self.gram = (kptr, zptr, gptr, pc.astype(np.int64), np.zeros(int(kptr[-1])), np.zeros(int(zptr[-1])),
                      np.zeros(int(zptr[-1])), gpts.astype(np.int64), np.zeros((3, n)), unit,
                      np.zeros(self.groups[0].shape[0]))
-        self._gram_begin(with_k=True)
+        if self.n_gram:
+            _gram_k(gptr, self.gram[7], slot, int(self.fs.Q), self.np["Xg"], kptr, self.gram[4])
 
-    def _gram_begin(self, with_k: bool = False) -> None:
-        """Z = the Gram groups' pre-activations from their weights, C = 0 (``with_k``: K_P too)."""
+    def _gram_begin(self) -> None:
+        """Z = the Gram groups' pre-activations from their weights, C = 0."""
         if self.n_gram:
             Wg, _, mem, _, _, slot, _ = self.groups
-            kptr, zptr, gptr, _, Kb, Zb, Cb, gpts, _, _, umax = self.gram
-            _gram_setup(Wg, mem, gptr, gpts, slot, int(self.fs.Q), self.np["Xg"], kptr, zptr, Kb, Zb, Cb, umax, with_k)
+            _, zptr, gptr, _, _, Zb, Cb, gpts, _, _, umax = self.gram
+            _gram_setup(Wg, mem, gptr, gpts, slot, int(self.fs.Q), self.np["Xg"], zptr, Zb, Cb, umax)
 
     def _gram_end(self) -> None:
         """The Gram groups' weights brought up to date: w_j += X_Pᵀ C_j (kernels._gram_flush)."""

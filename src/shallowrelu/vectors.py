@@ -5,8 +5,8 @@ numba fixes the CPU features of everything it compiles in a process when it is f
 CPU model prefers 256-bit vectors, and the groups' vectorised loops (kernels.py, ``fastmath``)
 run on half-width registers: a plain dot product ran at 6.6 GFMA/s with 256-bit vectors and
 13.3 with 512-bit ones, and the late-phase step of a real d = 256 job 1.18× faster (Intel Xeon,
-docs/performance.md). So :func:`configure`, called by blas.py and kernels.py before they import
-numba, has numba take the host's own features plus ``-prefer-256-bit`` — only where
+docs/performance.md). So :func:`configure`, called by blas.py (which kernels.py imports first)
+before it imports numba, has numba take the host's own features plus ``-prefer-256-bit`` — only where
 the host has AVX-512, numba is not imported yet, the user has set neither NUMBA_CPU_FEATURES nor
 NUMBA_CPU_NAME, and ``SHALLOWRELU_WIDE_VECTORS`` is ``auto`` (the default; ``off`` leaves numba's
 choice). The strict loops (the exact neurons') give the same results at any vector width; the
@@ -19,6 +19,8 @@ from __future__ import annotations
 import os
 import sys
 
+from .envvars import env_choice
+
 ENV = "SHALLOWRELU_WIDE_VECTORS"
 CHOICES = ("auto", "off")
 TUNING = "-prefer-256-bit"
@@ -26,10 +28,7 @@ TUNING = "-prefer-256-bit"
 
 def choice() -> str:
     """SHALLOWRELU_WIDE_VECTORS (default 'auto'), validated."""
-    v = os.environ.get(ENV, "auto").strip().lower() or "auto"
-    if v not in CHOICES:
-        raise ValueError(f"{ENV}={v!r}: allowed values are {', '.join(CHOICES)}")
-    return v
+    return env_choice(ENV, CHOICES)
 
 
 def configure() -> bool:

@@ -426,7 +426,6 @@ class _Piece:
 
     def _block(self, steps: int) -> None:
         self._snapshot()
-        steps_before = self.groups.steps_since_refresh.clone()
         if self.kernel is not None:
             fs = self.fs
             fs.t.add_(self.kernel.steps(steps, int(fs.t), self.rule.kappa, self.rule.lr, self.rule.target))
@@ -443,7 +442,7 @@ class _Piece:
                 self.redone += 1
                 for _ in range(steps):
                     self._step(None, None)
-        self.groups.steps_since_refresh = steps_before + steps
+        self.groups.steps_since_refresh += steps
 
     def next_block(self, ratio: float, growth: float, steps: int) -> int:
         """Length of the next block: doubled (up to MAX_BLOCK_STEPS) while the largest bound/margin
