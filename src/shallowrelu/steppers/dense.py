@@ -52,18 +52,35 @@ def certainly_dead(W: torch.Tensor, X: torch.Tensor, trial: torch.Tensor | None 
     """(R, m) bool: neurons whose pre-activations are < 0 on every training point in any
     summation order (a rounding margin of ROUNDING_MARGIN·(d+2)·u·Σ_k |x_ik w_jk|). X is
     (R, n, d) per run, or (T, n, d) per trial with ``trial`` (R,) the trial of each run."""
-    d = X.shape[-1]
-    u = torch.finfo(W.dtype).eps / 2
     if trial is None:
+        d = X.shape[-1]
         pre = torch.bmm(X, W.transpose(1, 2))  # (R, n, m)
-        bound = torch.bmm(X.abs(), W.abs().transpose(1, 2)) * (ROUNDING_MARGIN * (d + 2) * u)
+        bound = torch.bmm(X.abs(), W.abs().transpose(1, 2)) * (ROUNDING_MARGIN * (d + 2) * torch.finfo(W.dtype).eps / 2)
         return (pre < -bound).all(dim=1)
     out = torch.empty(W.shape[:2], dtype=torch.bool, device=W.device)
     for t in torch.unique(trial).tolist():
         idx = torch.nonzero(trial == t).flatten()
-        pre = torch.matmul(W[idx], X[t].T)  # (Q, m, n)
-        bound = torch.matmul(W[idx].abs(), X[t].abs().T) * (ROUNDING_MARGIN * (d + 2) * u)
-        out[idx] = (pre < -bound).all(dim=-1)
+        out[idx] = dead_given_pre(torch.matmul(W[idx], X[t].T), W[idx], X[t])
+    return out
+
+
+def dead_given_pre(pre: torch.Tensor, W: torch.Tensor, Xt: torch.Tensor) -> torch.Tensor:
+    """:func:`certainly_dead` of the neurons W (..., m, d) on one dataset Xt (n, d), given their
+    pre-activations pre = W·Xtᵀ (..., m, n). The bound Σ_k |x_ik w_jk| needs its own product only
+    for the neurons it decides: by Cauchy–Schwarz it is ≤ ‖x_i‖·‖w_j‖, so a neuron with
+    max_i w_j·x_i < −(that bound at the largest ‖x_i‖) is dead, one with a pre-activation ≥ 0 is
+    not, and only the rest (near the boundary) get the exact bound."""
+    d = Xt.shape[-1]
+    c = ROUNDING_MARGIN * (d + 2) * torch.finfo(W.dtype).eps / 2
+    top = pre.amax(-1)
+    xmax = torch.linalg.vector_norm(Xt, dim=-1).max()
+    # (1 + 1e-9): covers the rounding of both sides of Σ|x_ik w_jk| ≤ ‖x_i‖‖w_j‖
+    out = top < -(c * (1.0 + 1e-9)) * torch.linalg.vector_norm(W, dim=-1) * xmax
+    near = torch.nonzero(~out & (top < 0))
+    if near.numel():
+        at = tuple(near.T)
+        bound = torch.matmul(W[at].abs(), Xt.abs().T) * c
+        out[at] = (pre[at] < -bound).all(-1)
     return out
 
 

@@ -37,7 +37,8 @@ again) and the layout is rebuilt. Margins are refreshed when the bound reaches R
 training, when ‖g‖ is small, after many blocks): those of the groups where some neuron's bound has
 reached REFRESH_GROUPS_AT of its margin, each group's bound running from its own last refresh.
 The layout is chosen afresh every SUBCHUNK_STEPS steps from the state alone, so a resumed job
-repeats the same decisions.
+repeats the same decisions. On the compiled path the batch's runs are stepped in parts that fit
+the L2 cache (GroupedStepper.parts), each with its own blocks, refreshes and rebuilds.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ import torch
 
 from .. import blas, kernels, step_kernel
 from .base import StepRule
-from .dense import ROUNDING_MARGIN, FastStepper, certainly_dead
+from .dense import ROUNDING_MARGIN, FastStepper, certainly_dead, dead_given_pre
 
 MIN_STEPS = 64  # chunks shorter than this take the fallback stepper
 MIN_POINTS_X_DIM = 256  # n·d below this: the dense step is cheap enough (d = 4 ran slower grouped)
@@ -62,6 +63,7 @@ SAFETY = 4.0  # at a (re)build a group neuron's margin must exceed SAFETY × its
 WINDOW_STEPS = 128  # the movement predicted at a build covers this many steps
 REFRESH_AT = 0.5  # refresh the margins once a neuron's bound reaches this share of its margin ...
 REFRESH_GROUPS_AT = 0.25  # ... those of the groups where some neuron's bound has reached this share
+PARTS = True  # compiled path: runs stepped in parts of the batch (GroupedStepper.parts)
 PRODUCT_POINTS_FRACTION = 0.25  # compiled path: groups with at least this share of the n points ...
 
 
@@ -99,35 +101,58 @@ def rounding_bound(wn: torch.Tensor, xn: torch.Tensor, d: int) -> torch.Tensor:
 
 
 def pattern_codes(pats: torch.Tensor) -> torch.Tensor:
-    """(..., n) bool patterns → (..., ⌈n/52⌉) int64 codes, 52 pattern bits per word (the sums
-    of powers of two are exact in float64), so equal patterns ⇔ equal codes."""
+    """(..., n) bool patterns → (..., ⌈n/52⌉) int64 codes, 52 pattern bits per word (sums of
+    distinct powers of two below 2⁵², exact in float64 in any order), so equal patterns ⇔ equal
+    codes."""
     n = pats.shape[-1]
-    words = -(-n // 52)
-    x = pats.to(torch.float64)
-    if words * 52 != n:
-        x = torch.nn.functional.pad(x, (0, words * 52 - n))
-    weights = torch.pow(2.0, torch.arange(52, dtype=torch.float64, device=pats.device))
-    return (x.view(*pats.shape[:-1], words, 52) @ weights).to(torch.int64)
+    i = torch.arange(n, device=pats.device)
+    weights = torch.zeros(n, -(-n // 52), dtype=torch.float64, device=pats.device)
+    weights[i, i // 52] = torch.pow(2.0, (i % 52).to(torch.float64))
+    return (pats.to(torch.float64) @ weights).to(torch.int64)
 
 
 Groups = list[list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]]
 
 
-def _neuron_rates(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Tensor,
-                  coef: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """For the Q runs W (Q, m, d), a (Q, m) of one trial with points X (n, d), labels y (n,):
-    activation patterns (Q, m, n), margins per point (|w_j·x_i| − rounding bound)/‖x_i‖
-    (Q, m, n) and the predicted movement per step coef·‖(w_j, a_j)‖·‖g_j‖ (g_j from the
-    current residual and the neuron's own pattern)."""
+def unique_rows(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Distinct rows of the integer matrix ``keys`` (N, K) in lexicographic order (torch.unique's,
+    by K stable sorts instead of its slow ``dim=0`` path): the id of each row (N,) and the
+    first row of each id."""
+    order = torch.arange(keys.shape[0], device=keys.device)
+    for c in reversed(range(keys.shape[1])):
+        order = order[torch.argsort(keys[order, c], stable=True)]
+    sk = keys[order]
+    new = torch.ones(keys.shape[0], dtype=torch.bool, device=keys.device)
+    new[1:] = (sk[1:] != sk[:-1]).any(1)
+    inv = torch.empty_like(order)
+    inv[order] = torch.cumsum(new, 0) - 1
+    return inv, order[new]
+
+
+def _trial_stats(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Tensor, coef: float
+                 ) -> tuple[torch.Tensor, ...]:
+    """For the Q runs W (Q, m, d), a (Q, m) of one trial with points X (n, d), labels y (n,), from
+    one product W·Xᵀ: certainly dead neurons (Q, m) (dense.certainly_dead), activation patterns
+    (Q, m, n), margins per point (|w_j·x_i| − rounding bound)/‖x_i‖ (Q, m, n), the predicted
+    movement per step coef·‖(w_j, a_j)‖·‖g_j‖ (Q, m), g_j = Xᵀ(s_j ∘ r) from the current residual
+    and the neuron's own pattern s_j — one g per distinct (run, pattern), not per neuron — and
+    those distinct (run, pattern)s: the id of each neuron's (Q·m,), ids in order of run, then
+    pattern code, and the first neuron (flat index) of each id."""
+    Q, m, n = W.shape[0], W.shape[1], X.shape[0]
     pre = torch.matmul(W, X.T)  # (Q, m, n)
+    dead = dead_given_pre(pre, W, X)
     res = y - torch.matmul(a.unsqueeze(1), torch.relu(pre)).squeeze(1)  # (Q, n)
     pats = pre > 0
-    xn = torch.linalg.vector_norm(X, dim=-1)
-    rnd = rounding_bound(torch.linalg.vector_norm(W, dim=-1), xn, X.shape[-1])
-    mu = (pre.abs() - rnd) / xn
-    g = torch.matmul(pats.to(W.dtype) * res.unsqueeze(1), X)  # (Q, m, d)
+    # rounding_bound(‖w_j‖, ‖x_i‖)/‖x_i‖ = ROUNDING_MARGIN·(d+2)·u·‖w_j‖ (a choice, not a certificate)
+    rnd = rounding_bound(torch.linalg.vector_norm(W, dim=-1), torch.ones(1, dtype=W.dtype, device=W.device),
+                         X.shape[-1])
+    mu = pre.abs_().div_(torch.linalg.vector_norm(X, dim=-1)).sub_(rnd)  # pre is not needed after this
+    run = torch.arange(Q, device=W.device).repeat_interleave(m)[:, None]
+    inv, first = unique_rows(torch.cat([run, pattern_codes(pats).view(Q * m, -1)], 1))
+    V = pats.view(Q * m, n)[first].to(W.dtype) * res[first // m]
+    gn = torch.linalg.vector_norm(torch.matmul(V, X), dim=-1)[inv].view(Q, m)
     zn = torch.sqrt((W * W).sum(-1) + a * a)
-    return pats, mu, coef * zn * torch.linalg.vector_norm(g, dim=-1)
+    return dead, pats, mu, coef * zn * gn, inv, first
 
 
 def choose_groups(b: Any, exclude: torch.Tensor, coef: float, uncertain: int = 0,
@@ -146,41 +171,49 @@ def choose_groups(b: Any, exclude: torch.Tensor, coef: float, uncertain: int = 0
     an exact neuron costs two n·d products per step, as much as a whole rich run). Returns the
     groups per run and the (R, m) mask of the other live neurons (exact)."""
     W, a = b.W, b.a
-    live = ~certainly_dead(W, b.X, b.trial)
-    candidate = live & ~exclude & b.running[:, None]
-    eligible = candidate.clone()
+    dev = W.device
     R, m, n = W.shape[0], W.shape[1], b.X.shape[1]
-    pats = torch.zeros(R, m, n, dtype=torch.bool, device=W.device)
-    unc = torch.zeros(R, m, n, dtype=torch.bool, device=W.device)
+    live = torch.empty(R, m, dtype=torch.bool, device=dev)
+    pats = torch.empty(R, m, n, dtype=torch.bool, device=dev)
+    unc = torch.empty(R, m, n, dtype=torch.bool, device=dev)
+    pid = torch.empty(R * m, dtype=torch.long, device=dev)  # (run, pattern) id of each neuron
+    firsts = []  # flat index of each id's first neuron
     for idx in b.trial_groups():
-        ix = torch.tensor(idx, dtype=torch.long, device=W.device)
+        ix = torch.tensor(idx, dtype=torch.long, device=dev)
         t = int(b.trial[idx[0]])
-        p, mu, rate = _neuron_rates(W[ix], a[ix], b.X[t], b.y[t], coef)
+        dead, p, mu, rate, inv, first = _trial_stats(W[ix], a[ix], b.X[t], b.y[t], coef)
+        live[ix] = ~dead
         pats[ix] = p
         unc[ix] = mu <= (SAFETY * WINDOW_STEPS * rate)[..., None]  # rate ≥ 0: also μ ≤ 0
-        eligible[ix] &= ~unc[ix].any(-1)
-    n_unc = unc.sum(-1)
+        rows = (ix[:, None] * m + torch.arange(m, device=dev)).flatten()
+        pid[rows] = inv + sum(int(f.numel()) for f in firsts)
+        firsts.append(rows[first])
+    candidate = live & ~exclude & b.running[:, None]
+    eligible = candidate & ~unc.any(-1)
     pool = candidate if readmit is None else candidate | (readmit & exclude & live & b.running[:, None])
-    single = pool & ~eligible & (n_unc <= uncertain)
-    in_group = torch.zeros_like(live)
-    groups: Groups = []
-    codes = pattern_codes(pats)  # (R, m, words)
-    for r in range(R):
-        idx = torch.nonzero(eligible[r]).flatten()
-        run_groups: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
-        if idx.numel() >= MIN_GROUP_SIZE:
-            _, inv, counts = torch.unique(codes[r, idx], dim=0, return_inverse=True, return_counts=True)
-            for k in torch.argsort(counts, descending=True, stable=True).tolist():
-                if int(counts[k]) < MIN_GROUP_SIZE:
-                    break
-                cols = idx[inv == k]
-                run_groups.append((cols, pats[r, cols[0]], None))
-                in_group[r, cols] = True
-        for j in torch.nonzero(single[r]).flatten().tolist():
-            run_groups.append((torch.tensor([j], device=W.device), pats[r, j] & ~unc[r, j], unc[r, j]))
-            in_group[r, j] = True
-        groups.append(run_groups)
-    return groups, live & ~in_group
+    single = pool & ~eligible & (unc.sum(-1) <= uncertain)
+    # groups: per run, its eligible neurons' patterns by count (descending), then pattern code
+    first = torch.cat(firsts)
+    elig = torch.nonzero(eligible.flatten()).flatten()
+    counts = torch.bincount(pid[elig], minlength=first.numel())
+    order = torch.argsort(-counts, stable=True)
+    order = order[torch.argsort(first[order] // m, stable=True)]
+    order = order[counts[order] >= MIN_GROUP_SIZE]
+    rank = torch.full_like(counts, -1)
+    rank[order] = torch.arange(order.numel(), device=dev)
+    elig = elig[rank[pid[elig]] >= 0]
+    members = elig[torch.argsort(rank[pid[elig]], stable=True)]  # by group, then neuron
+    in_group = torch.zeros(R * m, dtype=torch.bool, device=dev)
+    in_group[members] = True
+    groups: Groups = [[] for _ in range(R)]
+    flat_pats = pats.view(R * m, n)
+    cols = torch.split(members % m, counts[order].tolist())
+    for r, c, pat in zip((first[order] // m).tolist(), cols, flat_pats[first[order]].unbind()):
+        groups[r].append((c, pat, None))
+    for r, j in torch.nonzero(single).tolist():  # one-neuron groups with uncertain points, after
+        groups[r].append((torch.tensor([j], device=dev), pats[r, j] & ~unc[r, j], unc[r, j]))
+    in_group |= single.flatten()
+    return groups, live & ~in_group.view(R, m)
 
 
 class GroupSet:
@@ -513,7 +546,10 @@ class _Piece:
 class GroupedStepper:
     """Stepper interface (base.py) over pieces of at most SUBCHUNK_STEPS steps, each with a fresh
     layout; chunks too short, or sizes too small for it to pay (MIN_POINTS_X_DIM), go to
-    ``fallback`` (the compiled or dense stepper)."""
+    ``fallback`` (the compiled or dense stepper). On the compiled path the runs are stepped in
+    *parts* (:meth:`parts`), each with its own pieces: the runs are independent, so each part's
+    certification (blocks, refreshes, rebuilds after a demotion) follows its own groups, not the
+    fastest-moving group of the whole batch."""
 
     name = "grouped"
 
@@ -524,11 +560,50 @@ class GroupedStepper:
     def pays(self, b: Any, count: int) -> bool:
         return count >= MIN_STEPS and b.X.shape[1] * b.X.shape[2] >= MIN_POINTS_X_DIM
 
+    def parts(self, b: Any) -> list[torch.Tensor]:
+        """Run positions stepped together: consecutive runs whose live neurons' weights and their
+        trials' X fit in step_kernel.CHUNK_L2_FRACTION of the L2 cache (the compiled step's chunks,
+        step_kernel.StepKernel._chunk_layout; small trials share a part, so that runs of one-run
+        trials are not stepped one by one); each trial whole where X alone takes half of that
+        (the product groups of its runs then share each pass over X); one part if L2 is unknown.
+        Runs that have stopped are left out (their state cannot change) when stops are checked."""
+        n, d = b.X.shape[1], b.X.shape[2]
+        budget = step_kernel.CHUNK_L2_FRACTION * step_kernel.L2_BYTES
+        x_bytes = 8 * n * d
+        live = (~certainly_dead(b.W, b.X, b.trial)).sum(1).tolist()
+        running, trial = b.running.tolist(), b.trial.tolist()
+        out: list[list[int]] = [[]]
+        trials: set[int] = set()
+        weights = 0
+        for runs in b.trial_groups():
+            if budget and x_bytes > budget / 2 and out[-1]:
+                out.append([])
+            for r in (r for r in runs if running[r] or not self.check_every):
+                need = x_bytes * len(trials | {trial[r]}) + 8 * d * (weights + live[r])
+                if budget and x_bytes <= budget / 2 and out[-1] and need > budget:
+                    out.append([])
+                    trials, weights = set(), 0
+                out[-1].append(r)
+                trials.add(trial[r])
+                weights += live[r]
+        return [torch.tensor(p, dtype=torch.long, device=b.W.device) for p in out if p]
+
     def advance(self, b: Any, t0: int, count: int) -> int:
         if not self.pays(b, count):
             return self.fallback.advance(b, t0, count)
         compiled = (b.W.device.type == "cpu" and kernels.use_numba()) if self.compiled is None else self.compiled
         b.__dict__.pop("_dense", None)  # the dense layout is rebuilt after a grouped chunk
+        if not (compiled and PARTS):
+            self._advance(b, t0, count, compiled)
+            return count
+        for idx in self.parts(b):
+            part = b.take(idx)
+            self._advance(part, t0, count, compiled)
+            for name in ("W", "a", "running", "stop_iter"):
+                getattr(b, name)[idx] = getattr(part, name)
+        return count
+
+    def _advance(self, b: Any, t0: int, count: int, compiled: bool) -> None:
         done = 0
         while done < count:
             pc = _Piece(b, self.rule, compiled)
@@ -541,4 +616,3 @@ class GroupedStepper:
             done += piece
             if self.check_every and not bool(b.running.any()):
                 break
-        return count
