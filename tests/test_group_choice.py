@@ -12,7 +12,7 @@ from shallowrelu.bench import light_batch
 from shallowrelu.datasets import make_trial
 from shallowrelu.engine import RunSpec, TrainConfig, train
 from shallowrelu.model import get_convention, reference_train
-from shallowrelu.steppers import grouped
+from shallowrelu.steppers import group_choice, grouped
 from shallowrelu.steppers.base import StepRule
 from shallowrelu.steppers.dense import ROUNDING_MARGIN, certainly_dead, dead_given_pre
 
@@ -53,7 +53,7 @@ def test_unique_rows_is_torchs_unique():
     gen = torch.Generator().manual_seed(1)
     keys = torch.randint(0, 3, (500, 4), generator=gen)
     keys[:, 0] = torch.randint(-(2**60), 2**60, (500,), generator=gen) % 5  # negative and large values
-    inv, first = grouped.unique_rows(keys)
+    inv, first = group_choice.unique_rows(keys)
     u, inv_t = torch.unique(keys, dim=0, return_inverse=True)
     assert torch.equal(inv, inv_t) and torch.equal(keys[first], u)
     assert all(int(first[k]) == int(torch.nonzero(inv == k)[0]) for k in range(u.shape[0]))  # first occurrence
@@ -75,7 +75,7 @@ def _choose_reference(b, exclude, coef, uncertain, readmit):
         mu = pre.abs() / xn - c * torch.linalg.vector_norm(W[r], dim=-1)[:, None]
         g = (pats.double() * res) @ X
         rate = coef * torch.sqrt((W[r] ** 2).sum(-1) + a[r] ** 2) * torch.linalg.vector_norm(g, dim=-1)
-        unc = mu <= (grouped.SAFETY * grouped.WINDOW_STEPS * rate)[:, None]
+        unc = mu <= (group_choice.SAFETY * group_choice.WINDOW_STEPS * rate)[:, None]
         cand = live[r] & ~exclude[r] & b.running[r]
         elig = cand & ~unc.any(-1)
         pool = cand | (readmit[r] & exclude[r] & live[r] & b.running[r])
@@ -83,7 +83,7 @@ def _choose_reference(b, exclude, coef, uncertain, readmit):
         run = []
         idx = torch.nonzero(elig).flatten()
         if idx.numel():
-            _, inv, counts = torch.unique(grouped.pattern_codes(pats[idx]), dim=0, return_inverse=True,
+            _, inv, counts = torch.unique(group_choice.pattern_codes(pats[idx]), dim=0, return_inverse=True,
                                           return_counts=True)
             for k in torch.argsort(counts, descending=True, stable=True).tolist():
                 cols = idx[inv == k]
@@ -113,7 +113,7 @@ def test_choose_groups_matches_a_plain_per_run_choice():
     exclude = torch.rand(6, 60, generator=gen) < 0.1
     readmit = torch.rand(6, 60, generator=gen) < 0.5
     coef = 0.01 * 2.0 / 8
-    got, exact = grouped.choose_groups(b, exclude, coef, 8, readmit)
+    got, exact = group_choice.choose_groups(b, exclude, coef, 8, readmit)
     want, exact_ref = _choose_reference(b, exclude, coef, 8, readmit)
     assert torch.equal(exact, exact_ref)
     norm = [[(c.tolist(), p.tolist(), None if u is None else u.tolist()) for c, p, u in run] for run in got]

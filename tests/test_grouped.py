@@ -15,7 +15,7 @@ from shallowrelu.bench import light_batch
 from shallowrelu.datasets import make_trial
 from shallowrelu.engine import RunSpec, TrainConfig, train
 from shallowrelu.model import get_convention, reference_train
-from shallowrelu.steppers import grouped
+from shallowrelu.steppers import group_choice, grouped
 from shallowrelu.steppers.base import StepRule
 from shallowrelu.steppers.dense import FastStepper
 
@@ -98,7 +98,7 @@ def test_grouped_demotes_on_pattern_change_and_stops_exactly(monkeypatch, counte
     reference's."""
     monkeypatch.setattr(grouped, "MIN_STEPS", 1)
     monkeypatch.setattr(grouped, "BLOCK_STEPS", 8)
-    monkeypatch.setattr(grouped, "SAFETY", 0.0)  # no early demotion: let blocks fail
+    monkeypatch.setattr(group_choice, "SAFETY", 0.0)  # no early demotion: let blocks fail
     trials = [make_trial("centred", 4, 30, 1), make_trial("uncentred", 4, 30, 2)]
     specs = [RunSpec(tr, 4.0**e, f"{tr.scheme}{e}") for tr in trials for e in [2, 0, -3, -8]]
     cfg = TrainConfig(max_iters=3000, n_log=30, device="cpu", loss_target=1e-4, stable_phase="on")
@@ -142,7 +142,7 @@ def test_a_neuron_at_its_boundary_is_never_in_a_group():
     x0, x1 = b.X[0, 0], b.X[0, 1]
     b.W[0, 0] = x1 - (x1 @ x0) / (x0 @ x0) * x0  # orthogonal to x_0, positive on x_1
     assert abs(float(b.W[0, 0] @ x0)) < 1e-15
-    groups, exact = grouped.choose_groups(b, torch.zeros(1, 6, dtype=torch.bool), 1e-3)
+    groups, exact = group_choice.choose_groups(b, torch.zeros(1, 6, dtype=torch.bool), 1e-3)
     assert bool(exact[0, 0]) and all(0 not in cols.tolist() for cols, _, _ in groups[0])
     fs = FastStepper(b, StepRule(2.0, 0.01, -1.0), use_graphs=False, blocks=False, selector=False)
     forced = [[(torch.tensor([0]), (b.W[0, 0] @ b.X[0].T) > 0, None)]]
@@ -151,7 +151,7 @@ def test_a_neuron_at_its_boundary_is_never_in_a_group():
     assert bool(gs.refresh()[0])
     # with uncertain points allowed (the compiled path), it is a one-neuron group whose point 0 is
     # computed exactly at every step: not in its certain pattern, not certified, not flagged
-    groups, exact = grouped.choose_groups(b, torch.zeros(1, 6, dtype=torch.bool), 1e-3, uncertain=8)
+    groups, exact = group_choice.choose_groups(b, torch.zeros(1, 6, dtype=torch.bool), 1e-3, uncertain=8)
     (unc,) = [u for cols, _, u in groups[0] if cols.tolist() == [0]]
     pat = [p for cols, p, _ in groups[0] if cols.tolist() == [0]][0]
     assert not bool(exact[0, 0]) and bool(unc[0]) and not bool(pat[0])
@@ -163,7 +163,7 @@ def test_a_neuron_at_its_boundary_is_never_in_a_group():
 def _refreshed_pieces(monkeypatch):
     """A piece (d = 8, λ = 4⁻³, every live neuron with a margin in a group) just refreshed, with the
     torch step and, where numba is there, the compiled one."""
-    monkeypatch.setattr(grouped, "SAFETY", 0.0)
+    monkeypatch.setattr(group_choice, "SAFETY", 0.0)
     for compiled in ([False, True] if kernels.use_numba() else [False]):
         pc = _piece(_light(make_trial("centred", 8, 40, 5), 4.0**-3), compiled)
         assert pc.groups.G > 1
@@ -224,7 +224,7 @@ def test_uncertified_block_is_undone_and_the_neuron_demoted(monkeypatch, counter
         return bad
 
     monkeypatch.setattr(grouped.GroupSet, "refresh", tight)
-    monkeypatch.setattr(grouped, "SAFETY", 0.0)  # every live neuron with a margin joins a group
+    monkeypatch.setattr(group_choice, "SAFETY", 0.0)  # every live neuron with a margin joins a group
     cfg = TrainConfig(max_iters=2000, n_log=5, device="cpu", stable_phase="on")
     _check(train([spec], cfg, progress=False)[0], spec, 2000, 5)
     assert counters["demoted"] > 0 and counters["rebuilds"] > 0 and counters["refreshes"] > 1
@@ -235,7 +235,7 @@ def test_groups_only_steps_in_one_call_match_step_by_step(monkeypatch, kernel):
     (kernels._groups_only_steps) and the step-by-step compiled path give the same state."""
     if kernel != "numba":
         pytest.skip("compiled path only")
-    monkeypatch.setattr(grouped, "SAFETY", 0.0)
+    monkeypatch.setattr(group_choice, "SAFETY", 0.0)
     tr = make_trial("uncentred", 16, 25, 0)
     b = light_batch([RunSpec(tr, 4.0**-7, "k")], torch.device("cpu"))
     rule = StepRule(2.0, 0.01, -1.0)
@@ -323,7 +323,7 @@ def rich_late_state():
              for e in (-6, -7, -8)]
     b = light_batch(specs, torch.device("cpu"))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(grouped, "SAFETY", 0.0)
+        mp.setattr(group_choice, "SAFETY", 0.0)
         mp.setattr(grouped, "MIN_POINTS_X_DIM", 0)
         grouped.GroupedStepper(StepRule(2.0, 0.01, -1.0), None, check_every=0).advance(b, 0, 20000)
     return specs, b
@@ -413,7 +413,7 @@ def test_blas_products_match_numpy():
 def test_without_blas_no_product_groups(monkeypatch, kernel):
     """Where torch has no DGEMM (blas.available() False) no group uses products, even forced;
     with it, the compiled path's large groups do (the torch step never)."""
-    monkeypatch.setattr(grouped, "SAFETY", 0.0)
+    monkeypatch.setattr(group_choice, "SAFETY", 0.0)
     monkeypatch.setattr(grouped, "PRODUCT_MIN_POINTS_X_DIM", 0)
     monkeypatch.setattr(grouped, "PRODUCT_MIN_GROUPS", 1)
     compiled = kernel == "numba"
