@@ -11,7 +11,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from .kernels import _exact_mid, _exact_w, _gram_flush, _gram_k, _gram_setup, _groups_only_steps, _groups_step
+from .kernels import (
+    UNIT_ROUNDOFF,
+    _exact_mid,
+    _exact_w,
+    _gram_flush,
+    _gram_k,
+    _gram_setup,
+    _groups_only_steps,
+    _groups_step,
+)
 
 FUSE_GROUPS_ONLY = True  # whole steps in one compiled call when every live neuron is in a group
 FUSED_BLOCK_BYTES = 1 << 17  # the fused pass's block of points, in bytes of X (held in L2 for all runs of a dataset;
@@ -151,7 +160,7 @@ class StepKernel:
             for k in np.flatnonzero(ok)])
         self.n_gram = int(ok.sum())
         self.n_gram_uncertain = int((ok & (p > pc)).sum())  # one-neuron Gram groups with uncertain points
-        unit = 2.0 * (d + 2) * float(np.finfo(np.float64).eps) / 2
+        unit = 2.0 * (d + 2) * UNIT_ROUNDOFF
         self.gram = (kptr, zptr, gptr, pc.astype(np.int64), np.zeros(int(kptr[-1])), np.zeros(int(zptr[-1])),
                      np.zeros(int(zptr[-1])), gpts.astype(np.int64), np.zeros((3, n)), unit,
                      np.zeros(self.groups[0].shape[0]))

@@ -48,6 +48,19 @@ CPU_PART_BYTES = 1 << 18  # CPU: (columns × n) float64 buffer of one part ...
 CPU_PART_ABOVE = 1 << 22  # ... when the whole batch's buffer is larger than this (else one part)
 
 
+def rounding_factor(d: int, dtype: torch.dtype) -> float:
+    """ROUNDING_MARGIN·(d+2)·u (u the unit roundoff of ``dtype``): times Σ_k |x_ik w_jk|, a bound on
+    the rounding of w_j·x_i over d products in any summation order."""
+    return ROUNDING_MARGIN * (d + 2) * torch.finfo(dtype).eps / 2
+
+
+def rounding_bound(wn: torch.Tensor, xn: torch.Tensor, d: int) -> torch.Tensor:
+    """(·, m, n) bound on the rounding of w_j·x_i in any summation order, from the norms
+    ‖w_j‖ (·, m) and ‖x_i‖ (·, n): ROUNDING_MARGIN·(d+2)·u·‖w_j‖·‖x_i‖ (≥ that factor times
+    Σ_k |w_jk x_ik|, the bound of dense.certainly_dead)."""
+    return wn[..., :, None] * xn[..., None, :] * rounding_factor(d, wn.dtype)
+
+
 def certainly_dead(W: torch.Tensor, X: torch.Tensor, trial: torch.Tensor | None = None) -> torch.Tensor:
     """(R, m) bool: neurons whose pre-activations are < 0 on every training point in any
     summation order (a rounding margin of ROUNDING_MARGIN·(d+2)·u·Σ_k |x_ik w_jk|). X is
@@ -55,7 +68,7 @@ def certainly_dead(W: torch.Tensor, X: torch.Tensor, trial: torch.Tensor | None 
     if trial is None:
         d = X.shape[-1]
         pre = torch.bmm(X, W.transpose(1, 2))  # (R, n, m)
-        bound = torch.bmm(X.abs(), W.abs().transpose(1, 2)) * (ROUNDING_MARGIN * (d + 2) * torch.finfo(W.dtype).eps / 2)
+        bound = torch.bmm(X.abs(), W.abs().transpose(1, 2)) * rounding_factor(d, W.dtype)
         return (pre < -bound).all(dim=1)
     out = torch.empty(W.shape[:2], dtype=torch.bool, device=W.device)
     for t in torch.unique(trial).tolist():
@@ -70,8 +83,7 @@ def dead_given_pre(pre: torch.Tensor, W: torch.Tensor, Xt: torch.Tensor) -> torc
     for the neurons it decides: by Cauchy–Schwarz it is ≤ ‖x_i‖·‖w_j‖, so a neuron with
     max_i w_j·x_i < −(that bound at the largest ‖x_i‖) is dead, one with a pre-activation ≥ 0 is
     not, and only the rest (near the boundary) get the exact bound."""
-    d = Xt.shape[-1]
-    c = ROUNDING_MARGIN * (d + 2) * torch.finfo(W.dtype).eps / 2
+    c = rounding_factor(Xt.shape[-1], W.dtype)
     top = pre.amax(-1)
     xmax = torch.linalg.vector_norm(Xt, dim=-1).max()
     # (1 + 1e-9): covers the rounding of both sides of Σ|x_ik w_jk| ≤ ‖x_i‖‖w_j‖

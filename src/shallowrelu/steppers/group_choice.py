@@ -13,19 +13,11 @@ from typing import Any
 
 import torch
 
-from .dense import ROUNDING_MARGIN, dead_given_pre
+from .dense import dead_given_pre, rounding_factor
 
 MIN_GROUP_SIZE = 1  # patterns with fewer eligible neurons stay exact
 SAFETY = 4.0  # at a (re)build a group neuron's margin must exceed SAFETY × its predicted window movement
 WINDOW_STEPS = 128  # the movement predicted at a build covers this many steps
-
-
-def rounding_bound(wn: torch.Tensor, xn: torch.Tensor, d: int) -> torch.Tensor:
-    """(·, m, n) bound on the rounding of w_j·x_i in any summation order, from the norms
-    ‖w_j‖ (·, m) and ‖x_i‖ (·, n): ROUNDING_MARGIN·(d+2)·u·‖w_j‖·‖x_i‖ (≥ that factor times
-    Σ_k |w_jk x_ik|, the bound of dense.certainly_dead)."""
-    u = torch.finfo(wn.dtype).eps / 2
-    return wn[..., :, None] * xn[..., None, :] * (ROUNDING_MARGIN * (d + 2) * u)
 
 
 def pattern_codes(pats: torch.Tensor) -> torch.Tensor:
@@ -72,9 +64,8 @@ def _trial_stats(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Ten
     res = y - torch.matmul(a.unsqueeze(1), torch.relu(pre)).squeeze(1)  # (Q, n)
     pats = pre > 0
     # rounding_bound(‖w_j‖, ‖x_i‖)/‖x_i‖ = ROUNDING_MARGIN·(d+2)·u·‖w_j‖ (a choice, not a certificate)
-    rnd = rounding_bound(torch.linalg.vector_norm(W, dim=-1), torch.ones(1, dtype=W.dtype, device=W.device),
-                         X.shape[-1])
-    mu = pre.abs_().div_(torch.linalg.vector_norm(X, dim=-1)).sub_(rnd)  # pre is not needed after this
+    rnd = torch.linalg.vector_norm(W, dim=-1) * rounding_factor(X.shape[-1], W.dtype)
+    mu = pre.abs_().div_(torch.linalg.vector_norm(X, dim=-1)).sub_(rnd[..., None])  # pre is not needed after this
     run = torch.arange(Q, device=W.device).repeat_interleave(m)[:, None]
     inv, first = unique_rows(torch.cat([run, pattern_codes(pats).view(Q * m, -1)], 1))
     V = pats.view(Q * m, n)[first].to(W.dtype) * res[first // m]
@@ -106,6 +97,7 @@ def choose_groups(b: Any, exclude: torch.Tensor, coef: float, uncertain: int = 0
     unc = torch.empty(R, m, n, dtype=torch.bool, device=dev)
     pid = torch.empty(R * m, dtype=torch.long, device=dev)  # (run, pattern) id of each neuron
     firsts = []  # flat index of each id's first neuron
+    ids = 0
     for idx in b.trial_groups():
         ix = torch.tensor(idx, dtype=torch.long, device=dev)
         t = int(b.trial[idx[0]])
@@ -114,8 +106,9 @@ def choose_groups(b: Any, exclude: torch.Tensor, coef: float, uncertain: int = 0
         pats[ix] = p
         unc[ix] = mu <= (SAFETY * WINDOW_STEPS * rate)[..., None]  # rate ≥ 0: also μ ≤ 0
         rows = (ix[:, None] * m + torch.arange(m, device=dev)).flatten()
-        pid[rows] = inv + sum(int(f.numel()) for f in firsts)
+        pid[rows] = inv + ids
         firsts.append(rows[first])
+        ids += int(first.numel())
     candidate = live & ~exclude & b.running[:, None]
     eligible = candidate & ~unc.any(-1)
     pool = candidate if readmit is None else candidate | (readmit & exclude & live & b.running[:, None])

@@ -49,8 +49,8 @@ import torch
 
 from .. import blas, kernels, step_kernel
 from .base import StepRule
-from .dense import FastStepper, certainly_dead
-from .group_choice import Groups, choose_groups, rounding_bound
+from .dense import FastStepper, certainly_dead, rounding_bound
+from .group_choice import Groups, choose_groups
 
 MIN_STEPS = 64  # chunks shorter than this take the fallback stepper
 MIN_POINTS_X_DIM = 256  # n·d below this: the dense step is cheap enough (d = 4 ran slower grouped)
@@ -444,17 +444,18 @@ class GroupedStepper:
         n, d = b.X.shape[1], b.X.shape[2]
         budget = step_kernel.CHUNK_L2_FRACTION * step_kernel.L2_BYTES
         x_bytes = 8 * n * d
-        live = (~certainly_dead(b.W, b.X, b.trial)).sum(1).tolist()
+        fits = bool(budget) and x_bytes <= budget / 2  # else whole trials (or one part): no sizes needed
+        live = (~certainly_dead(b.W, b.X, b.trial)).sum(1).tolist() if fits else [0] * b.n_runs
         running, trial = b.running.tolist(), b.trial.tolist()
         out: list[list[int]] = [[]]
         trials: set[int] = set()
         weights = 0
         for runs in b.trial_groups():
-            if budget and x_bytes > budget / 2 and out[-1]:
+            if budget and not fits and out[-1]:
                 out.append([])
             for r in (r for r in runs if running[r] or not self.check_every):
                 need = x_bytes * len(trials | {trial[r]}) + 8 * d * (weights + live[r])
-                if budget and x_bytes <= budget / 2 and out[-1] and need > budget:
+                if fits and out[-1] and need > budget:
                     out.append([])
                     trials, weights = set(), 0
                 out[-1].append(r)
