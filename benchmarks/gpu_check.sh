@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # One prepared GPU session for issues 13/14 (run from the repository root on the device machine),
 # every record written under $OUT:
-#   1. versions (nvidia-smi, torch, numba);
-#   2. the CUDA equality tests: the dense and grouped steppers and the fault tests on CUDA against
-#      the CPU reference oracle (tests/test_dense.py, test_grouped.py, test_faults.py -k cuda);
-#   3. the CUDA benchmark (bench-cuda.json): naive loop, dense and grouped steppers early/late, end to
-#      end through engine.train, d = 16 64 256 1024 (5 trials x 16 lambda, m = 200);
-#   4. real-job slices (slices.json): `python -m shallowrelu train` of every (d, m) of the paper's
+#   1. versions (nvidia-smi, torch, numba, triton);
+#   2. equality on CUDA: the fused Triton stepper compiled for the GPU (tests/test_fused.py), then the
+#      dense and grouped steppers and the fault tests against the CPU reference oracle
+#      (tests/test_dense.py, test_grouped.py, test_faults.py -k cuda);
+#   3. the fused stepper's settings (warps, float64 dot or not) against the CUDA-graph step at
+#      d = 4, 16, 64 (fused-sweep.json, benchmarks/fused_sweep.py);
+#   4. the CUDA benchmark (bench-cuda.json): naive loop, dense, grouped and (d <= 64) fused steppers
+#      early/late, end to end through engine.train, d = 16 64 1024 (5 trials x 16 lambda, m = 200);
+#   5. real-job slices (slices.json): `python -m shallowrelu train` of every (d, m) of the paper's
 #      Figs 7 + 8 grid (5 trials x 16 lambda, cap 2e7, centred), each stopped by SIGTERM after
-#      SLICE_S seconds; the iteration each reached, from which benchmarks/project_grid.py projects
-#      the grid's wall time.
+#      SLICE_S seconds, then FUSED_DIMS (default 16) again with SHALLOWRELU_CUDA_STEP=fused, while
+#      time is left; the iteration each reached, from which benchmarks/project_grid.py projects the
+#      grid's wall time.
+# Steps 2-4 are bounded by timeouts (80 + 100 + 75 + 180 s); the slices by BUDGET_S.
 # Budget: ~8.5 min on an H200 (BUDGET_S, default 500, bounds the slices). Dry run on a CPU machine:
 #   DEVICE=cpu SKIP_CHECKS=1 SLICE_S=10 bash benchmarks/gpu_check.sh
 set -u
@@ -18,7 +23,7 @@ OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT"
 START=$(date +%s)
 BUDGET_S=${BUDGET_S:-500}
-SLICE_S=${SLICE_S:-25}
+SLICE_S=${SLICE_S:-20}
 DEVICE=${DEVICE:-cuda}
 PY=${PYTHON:-python3}  # the Python that has torch (PYTHON=.venv/bin/python for a local dry run)
 LOG="$OUT/device_log.txt"
@@ -26,20 +31,25 @@ elapsed() { echo $(( $(date +%s) - START )); }
 say() { echo "[$(elapsed)s] $*" | tee -a "$LOG"; }
 
 say "== versions"
-{ nvidia-smi 2>/dev/null | head -15; "$PY" -c "import sys, torch, numpy, numba; print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda, 'numpy', numpy.__version__, 'numba', numba.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no cuda')"; git rev-parse HEAD 2>/dev/null; } 2>&1 | tee -a "$LOG"
+{ nvidia-smi 2>/dev/null | head -15; "$PY" -c "import sys, torch, numpy, numba; print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda, 'numpy', numpy.__version__, 'numba', numba.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no cuda')"; "$PY" -c "import triton; print('triton', triton.__version__)" 2>&1 | tail -1; git rev-parse HEAD 2>/dev/null; } 2>&1 | tee -a "$LOG"
 
 if [ -z "${SKIP_CHECKS:-}" ]; then
+  say "== the fused Triton stepper compiled for the GPU vs the reference stepper"
+  timeout 80 "$PY" -m pytest -q -p no:cacheprovider tests/test_fused.py 2>&1 | tail -15 | tee -a "$LOG"
   say "== equality tests on CUDA (dense and grouped steppers, faults) vs the CPU reference oracle"
-  timeout 150 "$PY" -m pytest -q -p no:cacheprovider tests/test_dense.py tests/test_grouped.py tests/test_faults.py \
+  timeout 100 "$PY" -m pytest -q -p no:cacheprovider tests/test_dense.py tests/test_grouped.py tests/test_faults.py \
       -k "cuda" 2>&1 | tail -15 | tee -a "$LOG"
-  say "== benchmark"
-  timeout 200 "$PY" -m shallowrelu bench --device "$DEVICE" --dims 16 64 256 1024 --seconds 1 --repeats 2 \
+  say "== fused stepper settings vs CUDA graphs (fused-sweep.json)"
+  timeout 75 "$PY" benchmarks/fused_sweep.py --device "$DEVICE" --warps 4 8 --out "$OUT/fused-sweep.json" 2>&1 \
+      | tail -30 | tee -a "$LOG"
+  say "== benchmark (the record is rewritten after each d)"
+  timeout 180 "$PY" -m shallowrelu bench --device "$DEVICE" --dims 16 64 1024 --seconds 1 --repeats 2 \
       --warmup-iters 5000 --e2e-iters 5000 --out "$OUT/bench-cuda.json" 2>&1 | tail -20 | tee -a "$LOG"
 fi
 
 say "== real-job slices (${SLICE_S} s each)"
 "$PY" benchmarks/gpu_slices.py --device "$DEVICE" --seconds "$SLICE_S" --out "$OUT/slices.json" \
-    --deadline $(( START + BUDGET_S )) --work "$OUT/slices" 2>&1 | tee -a "$LOG"
+    --fused-dims ${FUSED_DIMS:-16} --deadline $(( START + BUDGET_S )) --work "$OUT/slices" 2>&1 | tee -a "$LOG"
 rm -rf "$OUT/slices"
 "$PY" benchmarks/project_grid.py "$OUT/slices.json" 2>&1 | tee -a "$LOG"
 ls -la "$OUT" | tee -a "$LOG"

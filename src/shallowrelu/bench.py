@@ -14,6 +14,9 @@ runs, alternating the variants so that a busy machine slows them alike:
   stepper (steppers/grouped.py: certified activation-pattern groups);
 * ``dense_late_training`` and ``grouped_late_training``: the same on only the runs that a real
   job still trains after the warm-up;
+* ``fused_early``, ``fused_late`` and ``fused_late_training`` (CUDA with Triton, d ≤ 64): the
+  same with the fused stepper (steppers/fused.py: one kernel launch per chunk), and end to end
+  with SHALLOWRELU_CUDA_STEP=fused;
 * on the CPU with numba, ``*_torch``: the same with the torch step (SHALLOWRELU_KERNELS=torch),
   for the compiled loops' own gain;
 * end to end (``--e2e-iters``): ``engine.train`` itself — the code path of ``python -m
@@ -41,6 +44,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from .steppers import fused
 
 COMMAND = "bench"
 
@@ -158,7 +163,8 @@ def end_to_end(specs, dev: torch.device, iters: int, grouped: bool, n_log: int =
 
 def _variants(b, rule, kinds: list[str]):
     """Steppers by name, each on its own copy of the batch ``b``: 'dense' (compiled on the CPU
-    with numba), 'dense_torch', 'grouped', 'grouped_torch', 'reference'."""
+    with numba), 'dense_torch', 'grouped', 'grouped_torch', 'reference', 'fused' (steppers/fused.py:
+    the Triton kernel, timed on CUDA where d ≤ 64)."""
     from .kernels import kernel_choice
     from .steppers.select import make_stepper
 
@@ -166,8 +172,8 @@ def _variants(b, rule, kinds: list[str]):
     for kind in kinds:
         torch_step = kind.endswith("_torch")
         with kernel_choice("torch") if torch_step else nullcontext():
-            st = make_stepper("reference" if kind == "reference" else "fast", rule, b.W.device.type,
-                              kind.startswith("grouped"))
+            st = fused.FusedStepper(rule) if kind == "fused" else make_stepper(
+                "reference" if kind == "reference" else "fast", rule, b.W.device.type, kind.startswith("grouped"))
         out[kind] = (st, _clone(b), torch_step)
     return out
 
@@ -187,6 +193,7 @@ def _time_steppers(variants, dev, seconds: float, repeats: int, R: int, t0: int,
             def f():
                 with kernel_choice("torch") if torch_step else nullcontext():
                     b.__dict__.pop("_dense", None)
+                    b.__dict__.pop("_fused", None)
                     st.advance(b, t0, k)
             return f
         return mk
@@ -201,6 +208,11 @@ def _time_steppers(variants, dev, seconds: float, repeats: int, R: int, t0: int,
         for kind in variants:
             times[kind].append(R * counts[kind] / _timed(fn(kind)(counts[kind]), dev))
     return times
+
+
+def _time_fused(dev: torch.device, d: int) -> bool:
+    """Whether the fused stepper is timed too: on CUDA, with Triton, where it takes the size."""
+    return dev.type == "cuda" and fused.available() and fused.supports(d, d)
 
 
 def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, seconds: float, repeats: int,
@@ -220,6 +232,7 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
     specs = [RunSpec(tr, lambda_from_exp(e), f"{tr.seed}/{e}", lambda_exp=e) for tr in trials for e in exps]
     R = len(specs)
     both = dev.type == "cpu" and use_numba()  # also time the torch step, for the kernels' gain
+    fuse = _time_fused(dev, d)
     naive_lams = [exps[0], exps[len(exps) // 2], exps[-1]]
     t = lambda arr: torch.as_tensor(arr, dtype=torch.float64, device=dev)  # noqa: E731
     naive_state = [(t(trials[0].X), t(trials[0].y), *(t(v) for v in trials[0].init(lambda_from_exp(e))))
@@ -231,13 +244,14 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
     naive_fn(3)()
     k_naive = _calibrate(naive_fn, 1e-4, seconds / len(naive_lams), dev, hi=10**6)
     b0 = light_batch(specs, dev)
-    early = _variants(b0, never, ["reference", "dense"] + (["dense_torch"] if both else []))
+    early_kinds = ["reference", "dense"] + (["dense_torch"] if both else []) + (["fused"] if fuse else [])
+    early = _variants(b0, never, early_kinds)
     early["single"] = (make_stepper("fast", never, dev.type, False), light_batch(specs[:1], dev), False)
     times = {"naive": [len(naive_lams) * k_naive / _timed(naive_fn(k_naive), dev) for _ in range(repeats)]}
     t_early = _time_steppers(early, dev, seconds, repeats, R, 0)
     t_early["single"] = [v / R for v in t_early["single"]]
     times.update({{"reference": "batched_reference", "dense": "dense_early", "dense_torch": "dense_early_torch",
-                   "single": "dense_single"}[k]: v for k, v in t_early.items()})
+                   "single": "dense_single", "fused": "fused_early"}[k]: v for k, v in t_early.items()})
     # late phase: the default path trains on with the real stop target, then every run is timed
     t_warm = time.perf_counter()
     b_late = light_batch(specs, dev)
@@ -246,23 +260,25 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
     dead = certainly_dead(b_late.W, b_late.X, b_late.trial)
     still = [i for i in range(R) if bool(b_late.running[i])]
     b_late.running.fill_(True)  # time every run, also those that met the target during warm-up
-    late_kinds = ["dense", "grouped"] + (["dense_torch", "grouped_torch"] if both else [])
+    late_kinds = ["dense", "grouped"] + (["dense_torch", "grouped_torch"] if both else []) + (["fused"] if fuse else [])
     t_late = _time_steppers(_variants(b_late, never, late_kinds), dev, seconds, repeats, R, warmup, late_min_steps)
     times.update({f"{k.split('_')[0]}_late" + ("_torch" if k.endswith("_torch") else ""): v for k, v in t_late.items()})
     if still and len(still) < R:  # the runs a real job still trains after the warm-up
         sub = b_late.take(torch.tensor(still, dtype=torch.long, device=dev))
-        t_tr = _time_steppers(_variants(sub, never, ["dense", "grouped"]), dev, seconds, repeats, len(still), warmup,
-                              late_min_steps)
+        t_tr = _time_steppers(_variants(sub, never, ["dense", "grouped"] + (["fused"] if fuse else [])), dev,
+                              seconds, repeats, len(still), warmup, late_min_steps)
         times.update({f"{k}_late_training": v for k, v in t_tr.items()})
     med = {k: statistics.median(v) for k, v in times.items()}
     e2e: dict[str, Any] = {}
     if e2e_iters:
-        variants = [("grouped_off", False, None), ("grouped_on", True, None)] + (
-            [("grouped_on_torch", True, "torch")] if both else [])
-        for label, flag, kern in variants:
-            from .kernels import kernel_choice
+        from .kernels import kernel_choice
+        from .steppers.select import cuda_step_choice
 
-            with kernel_choice(kern) if kern else nullcontext():
+        variants = [("grouped_off", False, None), ("grouped_on", True, None)] + (
+            [("grouped_on_torch", True, kernel_choice("torch"))] if both else []) + (
+            [("fused", False, cuda_step_choice("fused"))] if fuse else [])
+        for label, flag, option in variants:
+            with option or nullcontext():
                 e2e[label] = end_to_end(specs, dev, e2e_iters, flag)
             e2e[label]["speedup_vs_naive"] = e2e[label]["run_iterations_per_s"] / med["naive"]
     out = {
@@ -287,7 +303,7 @@ def projection(per_dim: dict[int, dict[str, Any]], m_bench: int) -> dict[str, An
     Each (scheme, d, m) job is one batch of 80 runs trained for up to the cap. Its wall time is
     between cap × (step time of one run alone) — only the slowest run is left for most of the
     iterations — and cap × (step time of the whole batch in the late phase, the faster of
-    ``dense_late`` and ``grouped_late``) — every run trains to the cap. Dimensions not
+    ``dense_late``, ``grouped_late`` and ``fused_late``) — every run trains to the cap. Dimensions not
     benchmarked are not projected; other widths m are scaled from the benchmarked one in
     proportion to the live neurons (matrix-product bound), and single run times are not scaled.
     """
@@ -298,7 +314,8 @@ def projection(per_dim: dict[int, dict[str, Any]], m_bench: int) -> dict[str, An
             continue
         r = per_dim[d]["run_iterations_per_s"]
         R = per_dim[d]["runs"]
-        late = max(v for v in (r["dense_late"], r.get("grouped_late", 0.0)) if v == v)  # NaN: not measured
+        late = max(v for v in (r["dense_late"], r.get("grouped_late", 0.0), r.get("fused_late", 0.0))
+                   if v == v)  # NaN: not measured
         step_batch = R / late * (GRID_RUNS_PER_CONFIG / R) * (m / m_bench)
         step_one = 1.0 / r["dense_single"]
         lo, hi = GRID_CAP * step_one, GRID_CAP * max(step_batch, step_one)
@@ -421,16 +438,17 @@ def _hms(s: float) -> str:
 
 def _table(per_dim: dict[int, dict[str, Any]]) -> str:
     cols = ["naive", "batched_reference", "dense_early", "dense_single", "dense_late", "grouped_late",
-            "grouped_late_training", "dense_late_torch", "grouped_late_torch"]
-    lines = ["| d | runs | " + " | ".join(cols) + " | dense_late / naive | grouped_late / naive "
-             "| grouped_late_training / naive | end to end, grouped off / on / on with the torch step, x naive "
-             "| live neurons (late) |", "|---|---|" + "---|" * len(cols) + "---|---|---|---|---|"]
+            "grouped_late_training", "dense_late_torch", "grouped_late_torch", "fused_early", "fused_late"]
+    cols = [c for c in cols if any(c in r["run_iterations_per_s"] for r in per_dim.values())]
+    ratio_cols = [c for c in ("dense_late", "grouped_late", "grouped_late_training", "fused_late") if c in cols]
+    lines = ["| d | runs | " + " | ".join(cols) + " | " + " | ".join(f"{c} / naive" for c in ratio_cols)
+             + " | end to end, x naive | live neurons (late) |",
+             "|---|---|" + "---|" * (len(cols) + len(ratio_cols)) + "---|---|"]
     for d, r in per_dim.items():
         v, sp = r["run_iterations_per_s"], r["speedup_vs_naive"]
         e2e = r.get("end_to_end") or {}
-        e2e_txt = " / ".join(f"{e2e[k]['speedup_vs_naive']:.1f}x" for k in ("grouped_off", "grouped_on",
-                                                                             "grouped_on_torch") if k in e2e)
-        ratios = [f"{sp[k]:.1f}x" if k in sp else "-" for k in ("dense_late", "grouped_late", "grouped_late_training")]
+        e2e_txt = ", ".join(f"{k} {e['speedup_vs_naive']:.1f}x" for k, e in e2e.items())
+        ratios = [f"{sp[k]:.1f}x" if k in sp else "-" for k in ratio_cols]
         lines.append(f"| {d} | {r['runs']} | " + " | ".join(f"{v[c]:,.0f}" if c in v else "-" for c in cols)
                      + " | " + " | ".join(ratios)
                      + f" | {e2e_txt or '-'} | {r['live_neurons_late']}/{r['neurons_total']} |")

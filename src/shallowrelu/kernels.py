@@ -45,14 +45,12 @@ Without numba, with ``SHALLOWRELU_KERNELS=torch``, or on CUDA, the torch steps a
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 import numpy as np
 
 from .blas import gemm as _gemm  # first: it asks for numba's vector width before importing it (vectors.py)
-from .envvars import env_choice
+from .envvars import env_choice, env_setting
 
 try:  # optional at import: the torch step is the fallback
     import numba
@@ -78,19 +76,9 @@ def use_numba() -> bool:
     return v != "torch" and numba is not None
 
 
-@contextmanager
-def kernel_choice(value: str) -> Iterator[None]:
+def kernel_choice(value: str) -> AbstractContextManager[None]:
     """SHALLOWRELU_KERNELS=value inside the block (steppers read it when they are made)."""
-    old = os.environ.get(ENV)
-    os.environ[ENV] = value
-    try:
-        choice()
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(ENV, None)
-        else:
-            os.environ[ENV] = old
+    return env_setting(ENV, value, choice)
 
 
 def _njit(fn=None, *, fast: bool = False):
