@@ -6,13 +6,15 @@ small and short); with CUDA it is compiled for the GPU. Skipped where Triton is 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
+from shallowrelu import engine
 from shallowrelu.batch import Batch
 from shallowrelu.datasets import make_trial
-from shallowrelu.engine import RunSpec, lambda_from_exp
-from shallowrelu.model import batched_loss_and_gradients, get_convention
+from shallowrelu.engine import RunSpec, TrainConfig, lambda_from_exp
+from shallowrelu.model import batched_loss_and_gradients, get_convention, reference_train
 from shallowrelu.steppers import fused, select
 from shallowrelu.steppers.base import StepRule
 from shallowrelu.steppers.dense import certainly_dead
@@ -76,6 +78,35 @@ def test_matches_reference(monkeypatch, d, m, steps, dot, force_chunks, chunked)
     assert b.running.tolist() == b_ref.running.tolist()
     assert _rel(b.W, b_ref.W) < 1e-12
     assert _rel(b.a, b_ref.a) < 1e-12
+
+
+@needs_triton
+def test_engine_with_fused_stepper_matches_reference(monkeypatch):
+    """engine.train with the fused stepper (as SHALLOWRELU_CUDA_STEP=fused makes it on CUDA): the
+    layout kept across logging points and rebuilt as runs finish; stops, iterations, weights and
+    logged losses are the reference trainer's."""
+    made = []
+
+    def make(eng, rule, device_type, grouped, check_every=1):
+        made.append(fused.FusedStepper(rule, check_every))
+        return made[-1]
+
+    monkeypatch.setattr(engine, "make_stepper", make)
+    trials = [make_trial("centred", 4, 16, 1), make_trial("uncentred", 4, 16, 2)]
+    specs = [RunSpec(tr, 4.0**e, f"{tr.scheme}{e}") for tr in trials for e in [2, 0, -3]]
+    target, cap, n_log = 2e-3, 400, 20
+    results = engine.train(specs, TrainConfig(max_iters=cap, n_log=n_log, device=str(DEV), loss_target=target),
+                           progress=False)
+    assert made and all(st.name == "fused" for st in made)
+    for spec, res in zip(specs, results):
+        W0, a0 = spec.trial.init(spec.lam)
+        ref = reference_train(spec.trial.X, spec.trial.y, W0, a0, get_convention("authors", target=target), cap,
+                              n_log=n_log)
+        assert (res.iterations, res.stop_reason) == (ref.iterations, ref.stop_reason), spec.key
+        np.testing.assert_allclose(res.W, ref.W, rtol=1e-10, atol=1e-13 * np.abs(ref.W).max())
+        np.testing.assert_allclose(res.a, ref.a, rtol=1e-10, atol=1e-13 * np.abs(ref.a).max())
+        np.testing.assert_allclose(res.history["loss"], ref.log_loss, rtol=1e-9, atol=1e-300)
+    assert {r.stop_reason for r in results} >= {"loss_target", "max_iters"}  # both kinds of stop exercised
 
 
 @needs_triton
