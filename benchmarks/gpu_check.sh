@@ -11,9 +11,10 @@
 #      early/late, end to end through engine.train, d = 16 64 1024 (5 trials x 16 lambda, m = 200);
 #   5. real-job slices (slices.json): `python -m shallowrelu train` of every (d, m) of the paper's
 #      Figs 7 + 8 grid (5 trials x 16 lambda, cap 2e7, centred), each stopped by SIGTERM after
-#      SLICE_S seconds, then FUSED_DIMS (default 16) again with SHALLOWRELU_CUDA_STEP=fused, while
-#      time is left; the iteration each reached, from which benchmarks/project_grid.py projects the
-#      grid's wall time.
+#      SLICE_S seconds, then, while time is left, a paper-size two-teacher job (d = 16, m = 25,
+#      5 seeds, one rho) with the default and the fused step, and FUSED_DIMS (default 16) again with
+#      SHALLOWRELU_CUDA_STEP=fused; the iteration each reached, from which
+#      benchmarks/project_grid.py projects the grid's and the two-teacher sweep's wall time.
 # Steps 2-4 are bounded by timeouts (80 + 100 + 75 + 180 s); the slices by BUDGET_S.
 # Budget: ~8.5 min on an H200 (BUDGET_S, default 500, bounds the slices). Dry run on a CPU machine:
 #   DEVICE=cpu SKIP_CHECKS=1 SLICE_S=10 bash benchmarks/gpu_check.sh

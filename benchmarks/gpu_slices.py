@@ -5,8 +5,10 @@ For every (d, m) of the grid, ``python -m shallowrelu train`` of 5 centred trial
 then writes a checkpoint at the next logging point and exits). Recorded per job: wall time, the
 iteration reached, the runs finished (their summaries' iterations) and still training, the
 run-iterations done, and the last progress lines. Usable on the CPU too (``--device cpu``).
-After the default slices, where time is left, the same jobs at ``--fused-dims`` with the fused
-Triton step (SHALLOWRELU_CUDA_STEP=fused, steppers/fused.py), recorded with ``"step": "fused"``.
+After the grid's slices, where time is left: a paper-size two-teacher job (Appendix I: d = 16,
+m = 25, 5 seeds at one rho, cap 2e7) with each step of ``--two-teacher``, then the grid's jobs at
+``--fused-dims`` with the fused Triton step (SHALLOWRELU_CUDA_STEP=fused, steppers/fused.py),
+recorded with ``"step": "fused"``.
 """
 
 from __future__ import annotations
@@ -24,11 +26,16 @@ import time
 CONFIGS = [(4, 200), (16, 200), (64, 200), (256, 200), (1024, 200), (1024, 25), (1024, 50)]
 
 
-def slice_job(d: int, m: int, device: str, seconds: float, work: str, step: str = "graphs") -> dict:
-    out = f"{work}/d{d}_m{m}_{step}"
-    cmd = [sys.executable, "-m", "shallowrelu", "train", "--scheme", "centred", "--d", str(d), "--m", str(m),
-           "--seeds", "0", "1", "2", "3", "4", "--lambda-exps", "2..-13", "--max-iters", "20000000",
-           "--device", device, "--checkpoint-every", "1e9", "--out", out]
+# Appendix I at paper size (config/paper.yaml's two_teacher): one job of 5 seeds at one rho
+TWO_TEACHER = {"scheme": "two-teacher-centred", "d": 16, "m": 25, "lambda_exps": "-7", "runs": 5}  # rho: its own
+
+
+def slice_job(d: int, m: int, device: str, seconds: float, work: str, step: str = "graphs",
+              scheme: str = "centred", lambda_exps: str = "2..-13", rho: str | None = None, runs: int = 80) -> dict:
+    out = f"{work}/{scheme}_d{d}_m{m}_{step}"
+    cmd = [sys.executable, "-m", "shallowrelu", "train", "--scheme", scheme, "--d", str(d), "--m", str(m),
+           "--seeds", "0", "1", "2", "3", "4", "--lambda-exps", lambda_exps, "--max-iters", "20000000",
+           "--device", device, "--checkpoint-every", "1e9", "--out", out] + (["--rho", rho] if rho else [])
     env = dict(os.environ, SHALLOWRELU_PROGRESS_S="5", SHALLOWRELU_CUDA_STEP=step)
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -47,9 +54,9 @@ def slice_job(d: int, m: int, device: str, seconds: float, work: str, step: str 
                 re.findall(r"iteration ([\d,]+)/[\d,]+ .*?(\d+) runs training, \d+ done, ([\d.]+) s", text)]
     t = reached[-1] if reached else (progress[-1][1] if progress else 0)
     finished = [json.load(open(p))["iterations"] for p in glob.glob(f"{out}/**/lam*.json", recursive=True)]
-    training = 80 - len(finished)
-    return {"d": d, "m": m, "step": step, "device": device, "wall_s": wall, "iteration_reached": t,
-            "runs_finished": len(finished),
+    training = runs - len(finished)
+    return {"d": d, "m": m, "scheme": scheme, "runs": runs, "step": step, "device": device, "wall_s": wall,
+            "iteration_reached": t, "runs_finished": len(finished),
             "runs_training": training, "run_iterations": sum(finished) + training * t,
             "progress": progress, "returncode": proc.returncode, "tail": text.strip().splitlines()[-4:]}
 
@@ -63,16 +70,21 @@ def main() -> int:
     ap.add_argument("--out", default="slices.json")
     ap.add_argument("--fused-dims", type=int, nargs="*", default=[4, 16, 64],
                     help="also slice these d with SHALLOWRELU_CUDA_STEP=fused, after the default ones")
+    ap.add_argument("--two-teacher", nargs="*", default=["graphs", "fused"], choices=["graphs", "fused"],
+                    help="slice a paper-size two-teacher job (5 seeds, one rho) with these steps, after the grid's")
     args = ap.parse_args()
     rows = []
-    jobs = [(d, m, "graphs") for d, m in CONFIGS] + [(d, m, "fused") for d, m in CONFIGS if d in args.fused_dims]
-    for d, m, step in jobs:
+    tt = {k: v for k, v in TWO_TEACHER.items() if k not in ("d", "m")}
+    jobs = ([(d, m, "graphs", {}) for d, m in CONFIGS]
+            + [(TWO_TEACHER["d"], TWO_TEACHER["m"], step, tt) for step in args.two_teacher]
+            + [(d, m, "fused", {}) for d, m in CONFIGS if d in args.fused_dims])
+    for d, m, step, extra in jobs:
         if args.deadline and time.time() + args.seconds + 30 > args.deadline:
             print(f"no time left for d={d} m={m} ({step})", flush=True)
             break
-        r = slice_job(d, m, args.device, args.seconds, args.work, step)
+        r = slice_job(d, m, args.device, args.seconds, args.work, step, **extra)
         rows.append(r)
-        print(f"d={d} m={m} ({step}): iteration {r['iteration_reached']:,} in {r['wall_s']:.0f} s, "
+        print(f"{r['scheme']} d={d} m={m} ({step}): iteration {r['iteration_reached']:,} in {r['wall_s']:.0f} s, "
               f"{r['runs_finished']} runs done, {r['run_iterations']:,} run-iterations", flush=True)
         with open(args.out, "w") as fh:
             json.dump({"slices": rows, "seconds": args.seconds}, fh, indent=2)

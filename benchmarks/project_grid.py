@@ -10,7 +10,8 @@ throughput (runs converging later only shorten it); without a bench value for th
 own rate between its last two progress lines (iterations per second, start-up excluded) continued
 to the cap — an upper bound, since the early phase is the slow one. Where a (d, m) has slices with
 both steps, the total takes the faster projection.
-Usage: python benchmarks/project_grid.py slices.json [bench.json]
+A paper-size two-teacher slice is projected apart: its job to the cap at its last rate, times
+the paper's 54 jobs. Usage: python benchmarks/project_grid.py slices.json [bench.json]
 """
 
 from __future__ import annotations
@@ -37,6 +38,15 @@ def late_rate(bench: dict | None, d: int, m: int, step: str = "graphs") -> tuple
     return None, ""
 
 
+def _two_teacher_job(s: dict) -> float:
+    """A two-teacher slice's job continued to the cap at its last progress rate (upper bound)."""
+    prog = s.get("progress") or []
+    if len(prog) < 2 or prog[-1][1] <= prog[-2][1]:
+        return float("nan")
+    (s0, i0, _), (s1, i1, _) = prog[-2], prog[-1]
+    return s["wall_s"] + (CAP - i1) * (s1 - s0) / (i1 - i0)
+
+
 def main(argv: list[str]) -> int:
     slices = json.loads(Path(argv[0]).read_text())["slices"]
     bench_path = Path(argv[1]) if len(argv) > 1 else Path(argv[0]).with_name("bench-cuda.json")
@@ -44,8 +54,12 @@ def main(argv: list[str]) -> int:
     best: dict[tuple[int, int], float] = {}
     print("| d | m | step | slice: iteration in s | runs still training | late run-it/s | projected job (h) | how |")
     print("|---|---|---|---|---|---|---|---|")
+    two_teacher: dict[str, float] = {}
     for s in slices:
         t, wall, left = max(1, s["iteration_reached"]), s["wall_s"], s["runs_training"]
+        if s.get("scheme", "centred").startswith("two-teacher"):
+            two_teacher[s.get("step", "graphs")] = _two_teacher_job(s)
+            continue
         step = s.get("step", "graphs")
         rate, kind = late_rate(bench, s["d"], s["m"], step)
         prog = s.get("progress") or []
@@ -63,6 +77,10 @@ def main(argv: list[str]) -> int:
             best.setdefault(key, job)
         print(f"| {s['d']} | {s['m']} | {step} | {t:,} in {wall:.0f} | {left} | {rate or float('nan'):,.0f} | "
               f"{job / 3600:.2f} | {how} |")
+    for step, job in two_teacher.items():
+        print(f"two-teacher job (5 seeds, one rho, {step}): {job / 60:.1f} min to the cap at the slice's last rate "
+              f"(upper bound); the paper's 54 such jobs (18 rho x 3 seed groups) one after another: "
+              f"{54 * job / 3600:.2f} h")
     total = 2 * sum(best.values())  # two schemes
     print(f"PROJECTION (not measured), both schemes, jobs one after another, the faster step per (d, m): "
           f"{total / 3600:.2f} h")

@@ -54,6 +54,17 @@ def test_bad_settings(tmp_path, capsys, extra, message):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize(("name", "allowed"), [("SHALLOWRELU_CUDA_STEP", "graphs, fused"),
+                                              ("SHALLOWRELU_KERNELS", "auto, numba, torch")])
+def test_bad_environment_option(tmp_path, capsys, monkeypatch, name, allowed):
+    """An option read from the environment is checked with the settings, on any device."""
+    monkeypatch.setenv(name, "bad")
+    with pytest.raises(SystemExit):
+        main(BASE + ["--out", str(tmp_path / "o"), "--device", "cpu"])
+    assert f"{name}='bad': allowed values are {allowed}" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
 def test_unwritable_output(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")

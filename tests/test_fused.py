@@ -207,8 +207,9 @@ def test_unsupported_size_goes_to_fallback():
 def test_cuda_step_choice(monkeypatch):
     rule = StepRule(CONV.kappa, CONV.lr, -1.0)
     monkeypatch.setenv(select.CUDA_STEP_ENV, "triton")
-    with pytest.raises(ValueError, match="SHALLOWRELU_CUDA_STEP='triton': allowed values are graphs, fused"):
-        select.make_stepper("fast", rule, "cuda", False)
+    for device_type in ("cuda", "cpu"):  # refused on every device
+        with pytest.raises(ValueError, match="SHALLOWRELU_CUDA_STEP='triton': allowed values are graphs, fused"):
+            select.make_stepper("fast", rule, device_type, False)
     monkeypatch.setenv(select.CUDA_STEP_ENV, "graphs")
     assert select.make_stepper("fast", rule, "cuda", False).name == "dense"
     monkeypatch.setattr(fused, "available", lambda: True)
@@ -220,3 +221,4 @@ def test_cuda_step_choice(monkeypatch):
     monkeypatch.setattr(fused, "available", lambda: False)
     with pytest.raises(RuntimeError, match="Triton is not installed"):
         select.make_stepper("fast", rule, "cuda", False)
+    assert select.make_stepper("fast", rule, "cpu", False).name != "fused"  # no Triton needed off CUDA

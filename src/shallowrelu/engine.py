@@ -44,7 +44,7 @@ from .io import _atomic_path
 from .measure import append_row, end_rule_stats, final_summary, measure, stack_history, to_rows
 from .model import batched_loss_and_gradients, get_convention, log_iterations
 from .steppers.base import Stepper, StepRule
-from .steppers.select import ENGINES, make_stepper
+from .steppers.select import ENGINES, cuda_step, make_stepper
 from .stops import classify_stops, dead_runs, nonfinite_runs
 
 ACTIVE_RULES = ("init", "end")
@@ -85,6 +85,7 @@ class TrainConfig:
         from .kernels import use_numba
 
         use_numba()  # SHALLOWRELU_KERNELS: a bad value (or 'numba' without numba) fails here, before any work
+        cuda_step()  # SHALLOWRELU_CUDA_STEP likewise
         resolve_device(self.device)
         return self
 

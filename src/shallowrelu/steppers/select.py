@@ -21,11 +21,8 @@ CUDA_STEPS = ("graphs", "fused")  # the CUDA dense step: CUDA graphs of the torc
 
 def cuda_step() -> str:
     """SHALLOWRELU_CUDA_STEP: 'graphs' (default: the dense torch step replayed from CUDA graphs) or
-    'fused' (steppers/fused.py: one Triton launch per chunk where d ≤ 64; needs Triton)."""
-    v = env_choice(CUDA_STEP_ENV, CUDA_STEPS)
-    if v == "fused" and not fused.available():
-        raise RuntimeError(f"{CUDA_STEP_ENV}=fused but Triton is not installed (pip install triton)")
-    return v
+    'fused' (steppers/fused.py: one Triton launch per chunk where d ≤ 64; needs Triton on CUDA)."""
+    return env_choice(CUDA_STEP_ENV, CUDA_STEPS)
 
 
 def cuda_step_choice(value: str) -> AbstractContextManager[None]:
@@ -43,7 +40,10 @@ def make_stepper(engine: str, rule: StepRule, device_type: str, grouped: bool, c
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     if engine == "reference":
         return ReferenceStepper(rule, check_every)
+    step = cuda_step()  # checked on every device: a bad value is refused before any work
     dense: Any = (CompiledStepper if device_type == "cpu" and kernels.use_numba() else DenseStepper)(rule, check_every)
-    if device_type == "cuda" and cuda_step() == "fused":
+    if device_type == "cuda" and step == "fused":
+        if not fused.available():
+            raise RuntimeError(f"{CUDA_STEP_ENV}=fused but Triton is not installed (pip install triton)")
         dense = fused.FusedStepper(rule, check_every, fallback=dense)
     return GroupedStepper(rule, dense, check_every) if grouped else dense
