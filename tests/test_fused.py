@@ -219,6 +219,6 @@ def test_cuda_step_choice(monkeypatch):
     assert select.make_stepper("fast", rule, "cuda", True).fallback.name == "fused"
     assert select.make_stepper("fast", rule, "cpu", False).name != "fused"  # CUDA only
     monkeypatch.setattr(fused, "available", lambda: False)
-    with pytest.raises(RuntimeError, match="Triton is not installed"):
+    with pytest.raises(ValueError, match="SHALLOWRELU_CUDA_STEP=fused but Triton is not installed"):
         select.make_stepper("fast", rule, "cuda", False)
     assert select.make_stepper("fast", rule, "cpu", False).name != "fused"  # no Triton needed off CUDA

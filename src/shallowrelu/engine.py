@@ -85,8 +85,7 @@ class TrainConfig:
         from .kernels import use_numba
 
         use_numba()  # SHALLOWRELU_KERNELS: a bad value (or 'numba' without numba) fails here, before any work
-        cuda_step()  # SHALLOWRELU_CUDA_STEP likewise
-        resolve_device(self.device)
+        cuda_step(resolve_device(self.device).type)  # SHALLOWRELU_CUDA_STEP likewise (and Triton for 'fused')
         return self
 
     @property

@@ -300,7 +300,7 @@ class FusedStepper:
         except Exception as exc:  # noqa: BLE001 - compilation errors vary across Triton versions
             if self.dot is not None:
                 raise
-            # the kernel does not start when it cannot be compiled: the layout's state is intact
+            # the batch is untouched until store(): the broadcast product starts from its state
             warnings.warn(f"fused stepper: no float64 tl.dot in this Triton ({type(exc).__name__}: {exc}); "
                           "using the broadcast product", stacklevel=2)
             self.dot = False

@@ -19,10 +19,14 @@ CUDA_STEP_ENV = "SHALLOWRELU_CUDA_STEP"
 CUDA_STEPS = ("graphs", "fused")  # the CUDA dense step: CUDA graphs of the torch step, or the fused kernel
 
 
-def cuda_step() -> str:
+def cuda_step(device_type: str | None = None) -> str:
     """SHALLOWRELU_CUDA_STEP: 'graphs' (default: the dense torch step replayed from CUDA graphs) or
-    'fused' (steppers/fused.py: one Triton launch per chunk where d ≤ 64; needs Triton on CUDA)."""
-    return env_choice(CUDA_STEP_ENV, CUDA_STEPS)
+    'fused' (steppers/fused.py: one Triton launch per chunk where d ≤ 64). The value is checked on
+    every device; 'fused' on ``device_type`` 'cuda' also needs Triton."""
+    v = env_choice(CUDA_STEP_ENV, CUDA_STEPS)
+    if v == "fused" and device_type == "cuda" and not fused.available():
+        raise ValueError(f"{CUDA_STEP_ENV}=fused but Triton is not installed (pip install triton)")
+    return v
 
 
 def cuda_step_choice(value: str) -> AbstractContextManager[None]:
@@ -40,10 +44,8 @@ def make_stepper(engine: str, rule: StepRule, device_type: str, grouped: bool, c
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     if engine == "reference":
         return ReferenceStepper(rule, check_every)
-    step = cuda_step()  # checked on every device: a bad value is refused before any work
+    step = cuda_step(device_type)
     dense: Any = (CompiledStepper if device_type == "cpu" and kernels.use_numba() else DenseStepper)(rule, check_every)
     if device_type == "cuda" and step == "fused":
-        if not fused.available():
-            raise RuntimeError(f"{CUDA_STEP_ENV}=fused but Triton is not installed (pip install triton)")
         dense = fused.FusedStepper(rule, check_every, fallback=dense)
     return GroupedStepper(rule, dense, check_every) if grouped else dense
