@@ -29,6 +29,7 @@ def test_record_names_every_timing_and_the_late_call_length(tmp_path, capsys):
 @pytest.mark.parametrize(("flag", "value", "message"), [
     ("--late-min-steps", "-1", "--late-min-steps must be >= 0, got -1"),
     ("--e2e-iters", "-5", "--e2e-iters must be >= 0, got -5"),
+    ("--e2e-iters", "0 0", "--e2e-iters takes one value or one per --dims entry (1), got 2"),
     ("--seconds", "0", "--seconds must be > 0, got 0"),
     ("--seeds", "0", "--seeds must be >= 1, got 0"),
 ])
@@ -38,7 +39,7 @@ def test_bad_settings_are_named_before_any_work(tmp_path, capsys, flag, value, m
     if flag in args:  # replace the tiny setting
         del args[args.index(flag):args.index(flag) + 2]
     with pytest.raises(SystemExit) as exc:
-        main(args + [flag, value, "--out", str(out)])
+        main(args + [flag, *value.split(), "--out", str(out)])
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
     assert not out.exists()

@@ -83,9 +83,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "layout's worth, steppers.grouped.SUBCHUNK_STEPS = 8192, as in a real job's long late "
                         "chunks; fewer let the layout's set-up dominate at large d; not applied to the "
                         "grouped_torch diagnostic)")
-    p.add_argument("--e2e-iters", type=int, default=None,
-                   help="iterations of the end-to-end measurement (default 20000 on the CPU, --quick 3000, "
-                        "0 on CUDA; 0 skips it)")
+    p.add_argument("--e2e-iters", type=int, nargs="+", default=None,
+                   help="iterations of the end-to-end measurement: one value, or one per --dims entry "
+                        "(default 20000 on the CPU, --quick 3000, 0 on CUDA; 0 skips it)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--quick", action="store_true", help="small CPU-friendly settings")
     p.add_argument("--out", type=Path, default=None,
@@ -294,7 +294,7 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
         "speedup_vs_naive": {k: med[k] / med["naive"] for k in med if k != "naive"},
         "live_neurons_late": int((~dead).sum()), "neurons_total": R * m,
         "warmup_iters": warmup, "warmup_s": warm_s, "runs_still_training_after_warmup": len(still),
-        "late_min_steps": late_min_steps,
+        "late_min_steps": late_min_steps, "e2e_iters": e2e_iters,
         "kernels": "numba" if both else "torch", "end_to_end": e2e,
     }
     if fused_error:
@@ -370,10 +370,14 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
     warmup = args.warmup_iters if args.warmup_iters is not None else (
         500 if args.quick else (20000 if dev.type == "cuda" else 2000))
-    e2e_iters = args.e2e_iters if args.e2e_iters is not None else (
-        3000 if args.quick else (0 if dev.type == "cuda" else 20000))
-    if e2e_iters < 0:
-        raise ValueError(f"--e2e-iters must be >= 0, got {e2e_iters}")
+    e2e_list = args.e2e_iters if args.e2e_iters is not None else [
+        3000 if args.quick else (0 if dev.type == "cuda" else 20000)]
+    if len(e2e_list) not in (1, len(dims)):
+        raise ValueError(f"--e2e-iters takes one value or one per --dims entry ({len(dims)}), got {len(e2e_list)}")
+    for v in e2e_list:
+        if v < 0:
+            raise ValueError(f"--e2e-iters must be >= 0, got {v}")
+    e2e_iters = dict(zip(dims, e2e_list * len(dims) if len(e2e_list) == 1 else e2e_list))
     from .steppers.grouped import SUBCHUNK_STEPS
 
     late_min = SUBCHUNK_STEPS if args.late_min_steps is None else args.late_min_steps
@@ -388,7 +392,7 @@ def run(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     for d in dims:
         per_dim[d] = bench_dim(d, args.m, exps, seeds, dev, seconds, args.repeats, warmup,
-                               log=lambda s: print(s, flush=True), e2e_iters=e2e_iters, late_min_steps=late_min)
+                               log=lambda s: print(s, flush=True), e2e_iters=e2e_iters[d], late_min_steps=late_min)
         atomic_write_json(out, _record(per_dim, dims, args, exps, seeds, seconds, warmup, e2e_iters, dev))  # partial
     record = _record(per_dim, dims, args, exps, seeds, seconds, warmup, e2e_iters, dev)
     proj = record["projection"]
@@ -413,7 +417,7 @@ def _record(per_dim, dims, args, exps, seeds, seconds, warmup, e2e_iters, dev) -
         "cpu": _cpu_model(), "threads": torch.get_num_threads(),
         "settings": {"dims": dims, "m": args.m, "lambda_exps": exps, "seeds": seeds, "seconds": seconds,
                      "repeats": args.repeats, "warmup_iters": warmup, "quick": bool(args.quick),
-                     "e2e_iters": e2e_iters, "late_min_steps": args.late_min_steps,
+                     "e2e_iters": {str(d): v for d, v in e2e_iters.items()}, "late_min_steps": args.late_min_steps,
                      "scheme": "centred", "loss_convention": "authors", "dtype": "float64"},
         "results": [per_dim[d] for d in dims if d in per_dim],
         "projection": proj,
