@@ -215,6 +215,33 @@ def _time_fused(dev: torch.device, d: int) -> bool:
     return dev.type == "cuda" and fused.available() and fused.supports(d, d)
 
 
+def _fused_error(b, rule) -> str | None:
+    """None if the fused stepper runs two steps on (a copy of) batch ``b``, else the error."""
+    try:
+        fused.FusedStepper(rule).advance(_clone(b), 0, 2)
+    except Exception as exc:  # noqa: BLE001 - Triton's compilation errors vary across versions
+        return f"{type(exc).__name__}: {exc}"[:1000]
+    return None
+
+
+def _end_to_end_variants(specs, dev: torch.device, iters: int, both: bool, fuse: bool,
+                         naive: float) -> dict[str, Any]:
+    """:func:`end_to_end` with the grouped stepper off and on, also with the torch step (``both``)
+    and with SHALLOWRELU_CUDA_STEP=fused (``fuse``); each with its speedup over ``naive``."""
+    from .kernels import kernel_choice
+    from .steppers.select import cuda_step_choice
+
+    variants = [("grouped_off", False, None), ("grouped_on", True, None)] + (
+        [("grouped_on_torch", True, kernel_choice("torch"))] if both else []) + (
+        [("fused", False, cuda_step_choice("fused"))] if fuse else [])
+    e2e: dict[str, Any] = {}
+    for label, flag, option in variants:
+        with option or nullcontext():
+            e2e[label] = end_to_end(specs, dev, iters, flag)
+        e2e[label]["speedup_vs_naive"] = e2e[label]["run_iterations_per_s"] / naive
+    return e2e
+
+
 def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, seconds: float, repeats: int,
               warmup: int, log=print, e2e_iters: int = 0, late_min_steps: int = 0) -> dict[str, Any]:
     """Every timing of one dimension d (module docstring)."""
@@ -244,13 +271,10 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
     naive_fn(3)()
     k_naive = _calibrate(naive_fn, 1e-4, seconds / len(naive_lams), dev, hi=10**6)
     b0 = light_batch(specs, dev)
-    fused_error = None
-    if fuse:  # a fused kernel that does not compile here is recorded; the other variants are still timed
-        try:
-            fused.FusedStepper(never).advance(_clone(b0), 0, 2)
-        except Exception as exc:  # noqa: BLE001 - Triton's compilation errors vary across versions
-            fuse, fused_error = False, f"{type(exc).__name__}: {exc}"[:1000]
-            log(f"d={d}: the fused stepper failed and is not timed ({fused_error[:200]})")
+    fused_error = _fused_error(b0, never) if fuse else None
+    if fused_error:  # a fused kernel that does not run here is recorded; the other variants are still timed
+        fuse = False
+        log(f"d={d}: the fused stepper failed and is not timed ({fused_error[:200]})")
     early_kinds = ["reference", "dense"] + (["dense_torch"] if both else []) + (["fused"] if fuse else [])
     early = _variants(b0, never, early_kinds)
     early["single"] = (make_stepper("fast", never, dev.type, False), light_batch(specs[:1], dev), False)
@@ -276,18 +300,7 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
                               seconds, repeats, len(still), warmup, late_min_steps)
         times.update({f"{k}_late_training": v for k, v in t_tr.items()})
     med = {k: statistics.median(v) for k, v in times.items()}
-    e2e: dict[str, Any] = {}
-    if e2e_iters:
-        from .kernels import kernel_choice
-        from .steppers.select import cuda_step_choice
-
-        variants = [("grouped_off", False, None), ("grouped_on", True, None)] + (
-            [("grouped_on_torch", True, kernel_choice("torch"))] if both else []) + (
-            [("fused", False, cuda_step_choice("fused"))] if fuse else [])
-        for label, flag, option in variants:
-            with option or nullcontext():
-                e2e[label] = end_to_end(specs, dev, e2e_iters, flag)
-            e2e[label]["speedup_vs_naive"] = e2e[label]["run_iterations_per_s"] / med["naive"]
+    e2e = _end_to_end_variants(specs, dev, e2e_iters, both, fuse, med["naive"]) if e2e_iters else {}
     out = {
         "d": d, "n": d, "m": m, "runs": R, "seeds": seeds, "lambda_exps": exps, "naive_lambda_exps": naive_lams,
         "run_iterations_per_s": med, "run_iterations_per_s_all": times,
