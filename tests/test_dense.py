@@ -14,12 +14,12 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from oracle import assert_matches_reference
 
 from shallowrelu import kernels
 from shallowrelu.batch import Batch
 from shallowrelu.datasets import make_trial
 from shallowrelu.engine import RunSpec, TrainConfig, train
-from shallowrelu.model import get_convention, reference_train
 from shallowrelu.steppers import dense
 from shallowrelu.steppers.base import StepRule
 from shallowrelu.steppers.dense import FastStepper, certainly_dead
@@ -44,13 +44,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _check(res, trial, lam, max_iters, n_log, conv="authors", target=None):
-    W0, a0 = trial.init(lam)
-    ref = reference_train(trial.X, trial.y, W0, a0, get_convention(conv, target=target), max_iters, n_log=n_log)
-    assert (res.iterations, res.stop_reason) == (ref.iterations, ref.stop_reason), res.spec.key
-    np.testing.assert_allclose(res.W, ref.W, rtol=1e-10, atol=1e-13 * np.abs(ref.W).max())
-    np.testing.assert_allclose(res.a, ref.a, rtol=1e-10, atol=1e-13 * np.abs(ref.a).max())
-    np.testing.assert_allclose(res.history["loss"], ref.log_loss, rtol=1e-9, atol=1e-300)
-    return ref
+    return assert_matches_reference(res, trial, lam, max_iters, n_log, conv, target)
 
 
 @pytest.mark.parametrize("device", DEVICES)

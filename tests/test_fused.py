@@ -6,15 +6,15 @@ small and short); with CUDA it is compiled for the GPU. Skipped where Triton is 
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
+from oracle import assert_matches_reference
 
 from shallowrelu import engine
 from shallowrelu.batch import Batch
 from shallowrelu.datasets import make_trial
 from shallowrelu.engine import RunSpec, TrainConfig, lambda_from_exp
-from shallowrelu.model import batched_loss_and_gradients, get_convention, reference_train
+from shallowrelu.model import batched_loss_and_gradients, get_convention
 from shallowrelu.steppers import fused, select
 from shallowrelu.steppers.base import StepRule
 from shallowrelu.steppers.dense import certainly_dead
@@ -99,13 +99,7 @@ def test_engine_with_fused_stepper_matches_reference(monkeypatch):
                            progress=False)
     assert made and all(st.name == "fused" for st in made)
     for spec, res in zip(specs, results):
-        W0, a0 = spec.trial.init(spec.lam)
-        ref = reference_train(spec.trial.X, spec.trial.y, W0, a0, get_convention("authors", target=target), cap,
-                              n_log=n_log)
-        assert (res.iterations, res.stop_reason) == (ref.iterations, ref.stop_reason), spec.key
-        np.testing.assert_allclose(res.W, ref.W, rtol=1e-10, atol=1e-13 * np.abs(ref.W).max())
-        np.testing.assert_allclose(res.a, ref.a, rtol=1e-10, atol=1e-13 * np.abs(ref.a).max())
-        np.testing.assert_allclose(res.history["loss"], ref.log_loss, rtol=1e-9, atol=1e-300)
+        assert_matches_reference(res, spec.trial, spec.lam, cap, n_log, target=target)
     assert {r.stop_reason for r in results} >= {"loss_target", "max_iters"}  # both kinds of stop exercised
 
 

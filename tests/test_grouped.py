@@ -9,12 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from oracle import assert_matches_reference
 
 from shallowrelu import blas, kernels, step_kernel
 from shallowrelu.bench import light_batch
 from shallowrelu.datasets import make_trial
 from shallowrelu.engine import RunSpec, TrainConfig, train
-from shallowrelu.model import get_convention, reference_train
 from shallowrelu.steppers import group_choice, grouped
 from shallowrelu.steppers.base import StepRule
 from shallowrelu.steppers.dense import FastStepper
@@ -45,14 +45,7 @@ def counters(monkeypatch):
 
 
 def _check(res, spec, max_iters, n_log, target=None):
-    W0, a0 = spec.trial.init(spec.lam)
-    ref = reference_train(spec.trial.X, spec.trial.y, W0, a0, get_convention("authors", target=target), max_iters,
-                          n_log=n_log)
-    assert (res.iterations, res.stop_reason) == (ref.iterations, ref.stop_reason), spec.key
-    np.testing.assert_allclose(res.W, ref.W, rtol=1e-10, atol=1e-13 * np.abs(ref.W).max())
-    np.testing.assert_allclose(res.a, ref.a, rtol=1e-10, atol=1e-13 * np.abs(ref.a).max())
-    np.testing.assert_allclose(res.history["loss"], ref.log_loss, rtol=1e-9, atol=1e-300)
-    return ref
+    return assert_matches_reference(res, spec.trial, spec.lam, max_iters, n_log, target=target)
 
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
