@@ -23,6 +23,12 @@ from pathlib import Path
 CAP = 20_000_000
 
 
+def _measured(v: dict, key: str) -> float:
+    """v[key] where it was measured (present and not NaN), else 0."""
+    x = v.get(key)
+    return float(x) if x is not None and x == x else 0.0
+
+
 def late_rate(bench: dict | None, d: int, m: int, step: str = "graphs") -> tuple[float | None, str]:
     """The bench's late run-iterations/s for a job of width m at d with ``step``, and its name."""
     if not bench:
@@ -31,10 +37,10 @@ def late_rate(bench: dict | None, d: int, m: int, step: str = "graphs") -> tuple
     for r in bench.get("results", []):
         if r["d"] == d:
             v = r["run_iterations_per_s"]
-            named = [(v.get(f"{k}_late_training") or v.get(f"{k}_late") or 0.0, k) for k in kinds]
+            named = [(_measured(v, f"{k}_late_training") or _measured(v, f"{k}_late"), k) for k in kinds]
             rate, kind = max(named)
             # other widths: in proportion to the neurons
-            return (rate * (r["m"] / m), kind) if rate == rate and rate > 0 else (None, "")
+            return (rate * (r["m"] / m), kind) if rate > 0 else (None, "")
     return None, ""
 
 
@@ -47,41 +53,49 @@ def _two_teacher_job(s: dict) -> float:
     return s["wall_s"] + (CAP - i1) * (s1 - s0) / (i1 - i0)
 
 
+def grid_job(s: dict, bench: dict | None) -> tuple[float, float | None, str]:
+    """One grid slice's projected job wall time (s), the late rate used and how it was projected."""
+    t, wall, left = max(1, s["iteration_reached"]), s["wall_s"], s["runs_training"]
+    rate, kind = late_rate(bench, s["d"], s["m"], s.get("step", "graphs"))
+    prog = s.get("progress") or []
+    if rate:
+        return wall + (CAP - t) * left / rate, rate, f"bench late rate ({kind})"
+    if len(prog) >= 2 and prog[-1][1] > prog[-2][1]:
+        (s0, i0, _), (s1, i1, _) = prog[-2], prog[-1]
+        return wall + (CAP - i1) * (s1 - s0) / (i1 - i0), None, "slice rate, last progress lines (upper bound)"
+    return float("nan"), None, "too short a slice"
+
+
+def faster(a: float, b: float) -> float:
+    """The smaller of two projections, a NaN (not projected) only where both are."""
+    return b if a != a else (a if b != b else min(a, b))
+
+
 def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help") or len(argv) > 2:
+        print(__doc__)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
     slices = json.loads(Path(argv[0]).read_text())["slices"]
     bench_path = Path(argv[1]) if len(argv) > 1 else Path(argv[0]).with_name("bench-cuda.json")
     bench = json.loads(bench_path.read_text()) if bench_path.exists() else None
     best: dict[tuple[int, int], float] = {}
+    two_teacher: dict[str, float] = {}
     print("| d | m | step | slice: iteration in s | runs still training | late run-it/s | projected job (h) | how |")
     print("|---|---|---|---|---|---|---|---|")
-    two_teacher: dict[str, float] = {}
     for s in slices:
-        t, wall, left = max(1, s["iteration_reached"]), s["wall_s"], s["runs_training"]
         if s.get("scheme", "centred").startswith("two-teacher"):
             two_teacher[s.get("step", "graphs")] = _two_teacher_job(s)
             continue
-        step = s.get("step", "graphs")
-        rate, kind = late_rate(bench, s["d"], s["m"], step)
-        prog = s.get("progress") or []
-        if rate:
-            job, how = wall + (CAP - t) * left / rate, f"bench late rate ({kind})"
-        elif len(prog) >= 2 and prog[-1][1] > prog[-2][1]:
-            (s0, i0, _), (s1, i1, _) = prog[-2], prog[-1]
-            job, how = wall + (CAP - i1) * (s1 - s0) / (i1 - i0), "slice rate, last progress lines (upper bound)"
-        else:
-            job, how = float("nan"), "too short a slice"
+        job, rate, how = grid_job(s, bench)
         key = (s["d"], s["m"])
-        if job == job:
-            best[key] = min(best.get(key, job), job)
-        else:
-            best.setdefault(key, job)
-        print(f"| {s['d']} | {s['m']} | {step} | {t:,} in {wall:.0f} | {left} | {rate or float('nan'):,.0f} | "
-              f"{job / 3600:.2f} | {how} |")
+        best[key] = faster(best.get(key, float("nan")), job)
+        print(f"| {s['d']} | {s['m']} | {s.get('step', 'graphs')} | {s['iteration_reached']:,} in {s['wall_s']:.0f} | "
+              f"{s['runs_training']} | {rate or float('nan'):,.0f} | {job / 3600:.2f} | {how} |")
     for step, job in two_teacher.items():
         print(f"two-teacher job (5 seeds, one rho, {step}): {job / 60:.1f} min to the cap at the slice's last rate "
               f"(upper bound); the paper's 54 such jobs (18 rho x 3 seed groups) one after another: "
               f"{54 * job / 3600:.2f} h")
-    total = 2 * sum(best.values())  # two schemes
+    total = 2 * sum(best.values())  # two schemes; NaN where some (d, m) could not be projected
     print(f"PROJECTION (not measured), both schemes, jobs one after another, the faster step per (d, m): "
           f"{total / 3600:.2f} h")
     return 0

@@ -1,0 +1,87 @@
+"""The GPU session's scripts (benchmarks/gpu_check.sh and the Python it calls) work before a device
+is lent: the projection's arithmetic on made-up slices, one real slice on the CPU, the shell
+script's syntax. A broken script would waste the session's few minutes of device time."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+project_grid = _load("project_grid")
+gpu_slices = _load("gpu_slices")
+
+BENCH = {"results": [{"d": 16, "m": 200, "run_iterations_per_s": {
+    "dense_late": 1e5, "grouped_late": 2e5, "grouped_late_training": float("nan"), "fused_late": 8e5,
+    "fused_late_training": 1e6}}]}
+
+
+def _slice(d, m, step="graphs", reached=3000, wall=12.0, training=80, progress=((5.0, 1000, 80), (10.0, 3000, 80)),
+           scheme="centred"):
+    return {"d": d, "m": m, "step": step, "scheme": scheme, "iteration_reached": reached, "wall_s": wall,
+            "runs_training": training, "progress": [list(p) for p in progress]}
+
+
+def test_grid_job_rates_and_fallbacks():
+    cap = project_grid.CAP
+    job, rate, how = project_grid.grid_job(_slice(16, 200), BENCH)  # NaN training rate: the all-runs one
+    assert rate == 2e5 and "grouped" in how and job == pytest.approx(12.0 + (cap - 3000) * 80 / 2e5)
+    job, rate, how = project_grid.grid_job(_slice(16, 200, "fused"), BENCH)
+    assert rate == 1e6 and "fused" in how
+    job, rate, _ = project_grid.grid_job(_slice(16, 50), BENCH)  # other widths: in proportion to the neurons
+    assert rate == pytest.approx(2e5 * 200 / 50)
+    job, rate, how = project_grid.grid_job(_slice(64, 200), BENCH)  # no bench for d = 64: the slice's own rate
+    assert rate is None and "upper bound" in how
+    assert job == pytest.approx(12.0 + (cap - 3000) * 5.0 / 2000)
+    job, _, how = project_grid.grid_job(_slice(64, 200, progress=((5.0, 10, 80),)), BENCH)
+    assert math.isnan(job) and how == "too short a slice"
+    nan = float("nan")
+    assert project_grid.faster(nan, 3.0) == 3.0 and project_grid.faster(2.0, nan) == 2.0
+    assert project_grid.faster(2.0, 3.0) == 2.0 and math.isnan(project_grid.faster(nan, nan))
+
+
+def test_projection_takes_the_faster_step_and_the_two_teacher_job(tmp_path, capsys):
+    slices = [_slice(16, 200), _slice(16, 200, "fused"), _slice(64, 200, progress=()),
+              _slice(64, 200, "fused"), _slice(16, 25, "fused", training=5, scheme="two-teacher-centred")]
+    (tmp_path / "slices.json").write_text(json.dumps({"slices": slices}))
+    (tmp_path / "bench-cuda.json").write_text(json.dumps(BENCH))
+    assert project_grid.main([str(tmp_path / "slices.json")]) == 0
+    out = capsys.readouterr().out
+    cap = project_grid.CAP
+    d16 = 12.0 + (cap - 3000) * 80 / 1e6  # fused is faster
+    d64 = 12.0 + (cap - 3000) * 5.0 / 2000  # the graphs slice was too short: the fused one counts
+    tt = 12.0 + (cap - 3000) * 5.0 / 2000
+    assert f"the faster step per (d, m): {2 * (d16 + d64) / 3600:.2f} h" in out
+    assert f"two-teacher job (5 seeds, one rho, fused): {tt / 60:.1f} min" in out
+    assert f"one after another: {54 * tt / 3600:.2f} h" in out
+
+
+def test_one_real_slice_on_the_cpu(tmp_path):
+    """``python -m shallowrelu train`` stopped by SIGTERM: the record names the step and the scheme."""
+    r = gpu_slices.slice_job(4, 20, "cpu", 8.0, str(tmp_path), "fused", lambda_exps="0", runs=5)
+    assert r["returncode"] in (0, 143), r["tail"]
+    assert (r["d"], r["m"], r["step"], r["scheme"], r["runs"]) == (4, 20, "fused", "centred", 5)
+    assert r["runs_finished"] + r["runs_training"] == 5 and r["wall_s"] > 0
+
+
+def test_gpu_check_script_parses():
+    out = subprocess.run(["bash", "-n", str(REPO / "benchmarks" / "gpu_check.sh")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    for script in ("fused_sweep.py", "gpu_slices.py", "project_grid.py"):
+        assert subprocess.run([sys.executable, str(REPO / "benchmarks" / script), "--help"], capture_output=True,
+                              env={"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"}).returncode == 0
