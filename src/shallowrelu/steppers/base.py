@@ -11,8 +11,9 @@ relative per step), so stop iterations and reasons are the reference's.
 
 Implementations: ``reference`` (reference.py, the oracle's arithmetic on the batch), ``dense``
 (dense.py, torch: every live neuron's pre-activations every step), ``compiled`` (compiled.py, the
-dense layout stepped by compiled numba loops on the CPU) and ``grouped`` (grouped.py, certified
-activation-pattern groups: one gradient direction per group). select.py chooses among them.
+dense layout stepped by compiled numba loops on the CPU), ``grouped`` (grouped.py, certified
+activation-pattern groups: one gradient direction per group) and ``fused`` (fused.py, a Triton
+kernel doing a whole chunk per launch on CUDA at d ≤ 64). select.py chooses among them.
 """
 
 from __future__ import annotations
