@@ -17,13 +17,11 @@ import argparse
 import json
 import statistics
 import sys
-import time
 
 import torch
 
 from shallowrelu.batch import Batch
-from shallowrelu.datasets import make_trial
-from shallowrelu.engine import RunSpec, lambda_from_exp
+from shallowrelu.bench import centred_specs, light_batch, timed
 from shallowrelu.model import get_convention
 from shallowrelu.steppers import fused
 from shallowrelu.steppers.base import StepRule
@@ -31,19 +29,7 @@ from shallowrelu.steppers.dense import DenseStepper
 
 
 def batch(d: int, m: int, seeds: int, exps: list[int], dev: torch.device) -> Batch:
-    trials = [make_trial("centred", d, m, s) for s in range(seeds)]
-    specs = [RunSpec(tr, lambda_from_exp(e), f"{tr.seed}/{e}", lambda_exp=e) for tr in trials for e in exps]
-    return Batch.from_specs(specs, dev, measurements=False)
-
-
-def timed(st, b: Batch, t0: int, steps: int, dev: torch.device) -> float:
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-    t = time.perf_counter()
-    st.advance(b, t0, steps)
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-    return time.perf_counter() - t
+    return light_batch(centred_specs(d, m, seeds, exps)[1], dev)
 
 
 def main() -> int:
@@ -78,7 +64,7 @@ def main() -> int:
                 if name in errors:
                     continue
                 try:
-                    s = timed(st, b, t0, args.steps, dev)
+                    s = timed(lambda st=st, b=b, t0=t0: st.advance(b, t0, args.steps), dev)
                 except Exception as exc:  # noqa: BLE001 - a variant that does not compile is recorded
                     errors[name] = f"{type(exc).__name__}: {exc}"[:500]
                     continue

@@ -12,8 +12,9 @@ from oracle import assert_matches_reference
 
 from shallowrelu import engine
 from shallowrelu.batch import Batch
+from shallowrelu.bench import centred_specs, light_batch
 from shallowrelu.datasets import make_trial
-from shallowrelu.engine import RunSpec, TrainConfig, lambda_from_exp
+from shallowrelu.engine import RunSpec, TrainConfig
 from shallowrelu.model import batched_loss_and_gradients, get_convention
 from shallowrelu.steppers import fused, select
 from shallowrelu.steppers.base import StepRule
@@ -25,16 +26,12 @@ DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 CONV = get_convention("authors")
 
 
-def _batch(d: int, m: int, exps=(0, -4, -8), seeds=(0, 1)) -> Batch:
-    trials = [make_trial("centred", d, m, s) for s in seeds]
-    specs = [RunSpec(tr, lambda_from_exp(e), f"{tr.seed}/{e}", lambda_exp=e) for tr in trials for e in exps]
-    return Batch.from_specs(specs, DEV, measurements=False)
+def _batch(d: int, m: int, exps=(0, -4, -8), seeds: int = 2) -> Batch:
+    return light_batch(centred_specs(d, m, seeds, list(exps))[1], DEV)
 
 
 def _copy(b: Batch) -> Batch:
-    c = b.take(torch.arange(b.n_runs, device=b.W.device))
-    c.running = b.running.clone()
-    return c
+    return b.take(torch.arange(b.n_runs, device=b.W.device))  # copies of the per-run state
 
 
 def _target_inside(b: Batch, steps: int) -> StepRule:
@@ -107,7 +104,7 @@ def test_engine_with_fused_stepper_matches_reference(monkeypatch):
 def test_no_float64_dot_falls_back(monkeypatch):
     """Where this Triton cannot compile the float64 dot, the broadcast product takes over (with a
     warning), from the batch's state before the failed launch."""
-    b_ref = _batch(4, 20, exps=(0, -4), seeds=(0,))
+    b_ref = _batch(4, 20, exps=(0, -4), seeds=1)
     b = _copy(b_ref)
     rule = StepRule(CONV.kappa, CONV.lr, -1.0)
     ReferenceStepper(rule).advance(b_ref, 0, 12)
@@ -134,7 +131,7 @@ def test_no_float64_dot_falls_back(monkeypatch):
 def test_relu_derivative_zero_at_zero(dot):
     """A neuron whose pre-activation is exactly 0 on a point gets no gradient from it (relu'(0) = 0,
     as in the reference)."""
-    b_ref = _batch(4, 20, exps=(0,), seeds=(0,))
+    b_ref = _batch(4, 20, exps=(0,), seeds=1)
     b_ref.X[0, 0] = torch.tensor([1.0, 1.0, 0.0, 0.0], dtype=b_ref.X.dtype)
     b_ref.W[0, 0] = torch.tensor([0.5, -0.5, 0.3, 0.7], dtype=b_ref.W.dtype)  # w·x_0 = 0 exactly
     b_ref.a[0, 0] = 0.5
@@ -170,7 +167,7 @@ def test_layout_is_inert():
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the interpreter's numpy on inf
 def test_diverged_run_is_isolated():
     """A run with non-finite weights does not reach the others (one program per run)."""
-    b_ref = _batch(16, 20, exps=(0, -4), seeds=(0,))
+    b_ref = _batch(16, 20, exps=(0, -4), seeds=1)
     b_ref.a[0, 0] = float("inf")
     b = _copy(b_ref)
     rule = StepRule(CONV.kappa, CONV.lr, -1.0)
@@ -188,7 +185,7 @@ def test_unsupported_size_goes_to_fallback():
             self.calls.append((t0, count))
             return count
 
-    b = _batch(80, 5, exps=(0,), seeds=(0,))
+    b = _batch(80, 5, exps=(0,), seeds=1)
     assert not fused.supports(80, 80) and fused.supports(64, 64) and fused.supports(4, 4)
     assert not fused.supports(4, 4, torch.float32)
     rec = Recorder()

@@ -112,7 +112,8 @@ def naive_loop(X: torch.Tensor, y: torch.Tensor, W: torch.Tensor, a: torch.Tenso
     return iters
 
 
-def _timed(fn, dev: torch.device) -> float:
+def timed(fn, dev: torch.device) -> float:
+    """Wall seconds of fn(), the device synchronised before and after."""
     _sync(dev)
     t0 = time.perf_counter()
     fn()
@@ -124,7 +125,7 @@ def _calibrate(make_fn, per_unit_guess: float, seconds: float, dev: torch.device
                hi: int = 10**7) -> int:
     """Number of units (iterations) that take about ``seconds``: time a small count first."""
     k = max(lo, min(hi, int(0.05 / max(per_unit_guess, 1e-9))))
-    dt = _timed(make_fn(k), dev)
+    dt = timed(make_fn(k), dev)
     return int(max(lo, min(hi, k * seconds / max(dt, 1e-9))))
 
 
@@ -135,10 +136,18 @@ def light_batch(specs, dev: torch.device):
     return Batch.from_specs(specs, dev, measurements=False)
 
 
+def centred_specs(d: int, m: int, seeds: int, exps: list[int]) -> tuple[list[Any], list[Any]]:
+    """Trials 0..seeds−1 of the centred scheme (n = d) and their runs at the λ exponents ``exps``."""
+    from .datasets import make_trial
+    from .engine import RunSpec, lambda_from_exp
+
+    trials = [make_trial("centred", d, m, s) for s in range(seeds)]
+    return trials, [RunSpec(tr, lambda_from_exp(e), f"{tr.seed}/{e}", lambda_exp=e) for tr in trials for e in exps]
+
+
 def _clone(b):
-    c = b.take(torch.arange(b.n_runs, device=b.W.device))
-    c.running = b.running.clone()
-    return c
+    """A copy of the batch's per-run state (take copies it; the per-trial data are shared)."""
+    return b.take(torch.arange(b.n_runs, device=b.W.device))
 
 
 def end_to_end(specs, dev: torch.device, iters: int, grouped: bool, n_log: int = 100) -> dict[str, Any]:
@@ -206,7 +215,7 @@ def _time_steppers(variants, dev, seconds: float, repeats: int, R: int, t0: int,
     times: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(repeats):
         for kind in variants:
-            times[kind].append(R * counts[kind] / _timed(fn(kind)(counts[kind]), dev))
+            times[kind].append(R * counts[kind] / timed(fn(kind)(counts[kind]), dev))
     return times
 
 
@@ -245,8 +254,7 @@ def _end_to_end_variants(specs, dev: torch.device, iters: int, both: bool, fuse:
 def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, seconds: float, repeats: int,
               warmup: int, log=print, e2e_iters: int = 0, late_min_steps: int = 0) -> dict[str, Any]:
     """Every timing of one dimension d (module docstring)."""
-    from .datasets import make_trial
-    from .engine import RunSpec, lambda_from_exp
+    from .engine import lambda_from_exp
     from .kernels import use_numba
     from .model import get_convention
     from .steppers.base import StepRule
@@ -255,8 +263,7 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
 
     conv = get_convention("authors")
     never = StepRule(conv.kappa, conv.lr, -1.0)  # never stop during timing: every variant does every step
-    trials = [make_trial("centred", d, m, s) for s in range(seeds)]
-    specs = [RunSpec(tr, lambda_from_exp(e), f"{tr.seed}/{e}", lambda_exp=e) for tr in trials for e in exps]
+    trials, specs = centred_specs(d, m, seeds, exps)
     R = len(specs)
     both = dev.type == "cpu" and use_numba()  # also time the torch step, for the kernels' gain
     fuse = _time_fused(dev, d)
@@ -278,7 +285,7 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
     early_kinds = ["reference", "dense"] + (["dense_torch"] if both else []) + (["fused"] if fuse else [])
     early = _variants(b0, never, early_kinds)
     early["single"] = (make_stepper("fast", never, dev.type, False), light_batch(specs[:1], dev), False)
-    times = {"naive": [len(naive_lams) * k_naive / _timed(naive_fn(k_naive), dev) for _ in range(repeats)]}
+    times = {"naive": [len(naive_lams) * k_naive / timed(naive_fn(k_naive), dev) for _ in range(repeats)]}
     t_early = _time_steppers(early, dev, seconds, repeats, R, 0)
     t_early["single"] = [v / R for v in t_early["single"]]
     times.update({{"reference": "batched_reference", "dense": "dense_early", "dense_torch": "dense_early_torch",
