@@ -8,7 +8,8 @@
 #   3. the fused stepper's settings (warps, float64 dot or not) against the CUDA-graph step at
 #      d = 4, 16, 64 (fused-sweep.json, benchmarks/fused_sweep.py);
 #   4. the CUDA benchmark (bench-cuda.json): naive loop, dense, grouped and (d <= 64) fused steppers
-#      early/late, end to end through engine.train, d = 1024 16 64 (5 trials x 16 lambda, m = 200);
+#      early/late (at d = 1024 the grouped one also without its CUDA graphs: grouped_late_eager), end to
+#      end through engine.train, d = 1024 16 64 (5 trials x 16 lambda, m = 200);
 #   5. real-job slices (slices.json): `python -m shallowrelu train` of every (d, m) of the paper's
 #      Figs 7 + 8 grid (5 trials x 16 lambda, cap 2e7, centred), each stopped by SIGTERM after
 #      SLICE_S seconds, then, while time is left, a paper-size two-teacher job (d = 16, m = 25,

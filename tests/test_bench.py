@@ -26,6 +26,23 @@ def test_record_names_every_timing_and_the_late_call_length(tmp_path, capsys):
     assert "PROJECTION" in rec["projection"]["label"]
 
 
+def test_grouped_without_graphs_is_timed_beside_it(tmp_path, monkeypatch):
+    """The ``grouped_late_eager`` variant (CUDA only; forced here on the CPU, where the torch
+    path's graphs are CPU_GRAPHS' eager stand-in) is recorded next to ``grouped_late``."""
+    from shallowrelu import bench, kernels
+    from shallowrelu.steppers import grouped
+
+    monkeypatch.setenv(kernels.ENV, "torch")
+    monkeypatch.setattr(grouped, "CPU_GRAPHS", True)
+    monkeypatch.setattr(bench, "_time_eager", lambda dev, d: True)
+    monkeypatch.setattr(grouped, "COUNTERS", {})
+    out = tmp_path / "bench.json"
+    assert main(TINY + ["--late-min-steps", "2048", "--out", str(out)]) == 0
+    rates = json.loads(out.read_text())["results"][0]["run_iterations_per_s"]
+    assert rates["grouped_late_eager"] > 0 and rates["grouped_late"] > 0
+    assert grouped.COUNTERS.get("graph_replays", 0) > 0  # the grouped variant replayed (the eager one: never)
+
+
 @pytest.mark.parametrize(("flag", "value", "message"), [
     ("--late-min-steps", "-1", "--late-min-steps must be >= 0, got -1"),
     ("--e2e-iters", "-5", "--e2e-iters must be >= 0, got -5"),

@@ -117,6 +117,29 @@ def test_grouped_d16_m200_rich_and_lazy(counters, device):
     assert counters["group_neurons"] > 0
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_path_blocks_replayed_from_a_graph(monkeypatch, counters, kernel, device):
+    """The torch path's full sub-blocks replayed from a captured graph (CUDA graphs on CUDA; on
+    the CPU CPU_GRAPHS replays the same sub-block eagerly, after the same warm-up and undo):
+    iterates, stop iterations and reasons stay the reference's, also when a run meets the loss
+    target inside a replayed block (redone step by step) and when a layout is rebuilt (captured
+    again)."""
+    if kernel != "torch" and device == "cpu":
+        pytest.skip("graphs are the torch path's")
+    monkeypatch.setattr(grouped, "CPU_GRAPHS", True)
+    monkeypatch.setattr(grouped, "BLOCK_STEPS", 8)
+    monkeypatch.setattr(grouped, "MIN_STEPS", 1)
+    trials = [make_trial("centred", 8, 40, 3), make_trial("uncentred", 8, 40, 4)]
+    specs = [RunSpec(tr, 4.0**e, f"{tr.scheme}{e}") for tr in trials for e in [2, 0, -3, -8]]
+    cfg = TrainConfig(max_iters=6000, n_log=12, device=device, loss_target=1e-5, stable_phase="on")
+    reasons = set()
+    for spec, res in zip(specs, train(specs, cfg, progress=False)):
+        reasons.add(_check(res, spec, 6000, 12, target=1e-5).stop_reason)
+    assert reasons == {"loss_target", "max_iters"}
+    assert counters["graph_captures"] > 1 and counters["graph_replays"] > counters["graph_captures"]
+    assert counters["redone_blocks"] > 0 and counters["rebuilds"] > 0
+
+
 def _light(tr, lam):
     return light_batch([RunSpec(tr, lam, "k")], torch.device("cpu"))
 

@@ -17,6 +17,8 @@ runs, alternating the variants so that a busy machine slows them alike:
 * ``fused_early``, ``fused_late`` and ``fused_late_training`` (CUDA with Triton, d ≤ 64): the
   same with the fused stepper (steppers/fused.py: one kernel launch per chunk), and end to end
   with SHALLOWRELU_CUDA_STEP=fused;
+* on CUDA at d ≥ EAGER_MIN_D, ``grouped_late_eager``: the grouped stepper with its blocks
+  stepped op by op instead of replayed from CUDA graphs (steppers/grouped.py), for the graphs' gain;
 * on the CPU with numba, ``*_torch``: the same with the torch step (SHALLOWRELU_KERNELS=torch),
   for the compiled loops' own gain;
 * end to end (``--e2e-iters``): ``engine.train`` itself — the code path of ``python -m
@@ -55,6 +57,7 @@ GRID_CONFIGS = [(4, 200), (16, 200), (64, 200), (256, 200), (1024, 200), (1024, 
 GRID_SCHEMES = 2
 GRID_RUNS_PER_CONFIG = 16 * 5
 GRID_CAP = 20_000_000
+EAGER_MIN_D = 256  # CUDA: the grouped stepper also without CUDA graphs from this d on (grouped_late_eager)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -172,8 +175,8 @@ def end_to_end(specs, dev: torch.device, iters: int, grouped: bool, n_log: int =
 
 def _variants(b, rule, kinds: list[str]):
     """Steppers by name, each on its own copy of the batch ``b``: 'dense' (compiled on the CPU
-    with numba), 'dense_torch', 'grouped', 'grouped_torch', 'reference', 'fused' (steppers/fused.py:
-    the Triton kernel, timed on CUDA where d ≤ 64)."""
+    with numba), 'dense_torch', 'grouped', 'grouped_torch', 'grouped_eager' (no CUDA graphs),
+    'reference', 'fused' (steppers/fused.py: the Triton kernel, timed on CUDA where d ≤ 64)."""
     from .kernels import kernel_choice
     from .steppers.select import make_stepper
 
@@ -183,6 +186,8 @@ def _variants(b, rule, kinds: list[str]):
         with kernel_choice("torch") if torch_step else nullcontext():
             st = fused.FusedStepper(rule) if kind == "fused" else make_stepper(
                 "reference" if kind == "reference" else "fast", rule, b.W.device.type, kind.startswith("grouped"))
+        if kind == "grouped_eager":
+            st.graphs = False
         out[kind] = (st, _clone(b), torch_step)
     return out
 
@@ -210,7 +215,7 @@ def _time_steppers(variants, dev, seconds: float, repeats: int, R: int, t0: int,
     counts = {}
     for kind in variants:
         fn(kind)(MIN_STEPS)()  # warm up (compilation, CUDA graphs)
-        least = max(MIN_STEPS, grouped_min_steps if kind == "grouped" else 0)
+        least = max(MIN_STEPS, grouped_min_steps if kind in ("grouped", "grouped_eager") else 0)
         counts[kind] = max(least, _calibrate(fn(kind), 1e-4, seconds, dev, hi=10**6))
     times: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(repeats):
@@ -222,6 +227,11 @@ def _time_steppers(variants, dev, seconds: float, repeats: int, R: int, t0: int,
 def _time_fused(dev: torch.device, d: int) -> bool:
     """Whether the fused stepper is timed too: on CUDA, with Triton, where it takes the size."""
     return dev.type == "cuda" and fused.available() and fused.supports(d, d)
+
+
+def _time_eager(dev: torch.device, d: int) -> bool:
+    """Whether the grouped stepper is also timed without CUDA graphs: on CUDA from EAGER_MIN_D."""
+    return dev.type == "cuda" and d >= EAGER_MIN_D
 
 
 def _fused_error(b, rule) -> str | None:
@@ -298,9 +308,10 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
     dead = certainly_dead(b_late.W, b_late.X, b_late.trial)
     still = [i for i in range(R) if bool(b_late.running[i])]
     b_late.running.fill_(True)  # time every run, also those that met the target during warm-up
-    late_kinds = ["dense", "grouped"] + (["dense_torch", "grouped_torch"] if both else []) + (["fused"] if fuse else [])
+    late_kinds = ["dense", "grouped"] + (["dense_torch", "grouped_torch"] if both else []) + (
+        ["fused"] if fuse else []) + (["grouped_eager"] if _time_eager(dev, d) else [])
     t_late = _time_steppers(_variants(b_late, never, late_kinds), dev, seconds, repeats, R, warmup, late_min_steps)
-    times.update({f"{k.split('_')[0]}_late" + ("_torch" if k.endswith("_torch") else ""): v for k, v in t_late.items()})
+    times.update({"_late_".join(k.split("_", 1)) if "_" in k else f"{k}_late": v for k, v in t_late.items()})
     if still and len(still) < R:  # the runs a real job still trains after the warm-up
         sub = b_late.take(torch.tensor(still, dtype=torch.long, device=dev))
         t_tr = _time_steppers(_variants(sub, never, ["dense", "grouped"] + (["fused"] if fuse else [])), dev,
@@ -471,7 +482,8 @@ def _hms(s: float) -> str:
 
 def _table(per_dim: dict[int, dict[str, Any]]) -> str:
     cols = ["naive", "batched_reference", "dense_early", "dense_single", "dense_late", "grouped_late",
-            "grouped_late_training", "dense_late_torch", "grouped_late_torch", "fused_early", "fused_late"]
+            "grouped_late_training", "grouped_late_eager", "dense_late_torch", "grouped_late_torch", "fused_early",
+            "fused_late"]
     cols = [c for c in cols if any(c in r["run_iterations_per_s"] for r in per_dim.values())]
     ratio_cols = [c for c in ("dense_late", "grouped_late", "grouped_late_training", "fused_late") if c in cols]
     lines = ["| d | runs | " + " | ".join(cols) + " | " + " | ".join(f"{c} / naive" for c in ratio_cols)

@@ -13,7 +13,8 @@ so a step costs O(|P_k|·d) per group (P_k its points) plus one pass over the gr
 weights, instead of O(n·d) per neuron: at d = n = 1024, m = 200 with one J+ group and a few
 one-point J− groups, ~100× fewer operations than the dense step. The same algorithm runs
 batched over all runs with torch operations (CPU and CUDA, no host synchronisation inside a
-block; patterns as dense masks, one matrix product per trial and block of groups) and, on the
+block; patterns as dense masks, one matrix product per trial and block of groups; on CUDA the
+~40 kernels of each step replayed, BLOCK_STEPS steps at a time, from one CUDA graph) and, on the
 CPU with numba, in compiled loops over each group's points (kernels._groups_step).
 
 **Mixed step.** Every live neuron of a training run is in a group (any size, every certified
@@ -43,6 +44,7 @@ the L2 cache (GroupedStepper.parts), each with its own blocks, refreshes and reb
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -61,6 +63,9 @@ MAX_BLOCK_STEPS = 8192  # blocks grow up to this while the bound grows slowly (s
 BOUND_SLACK = 1e-6  # relative slack on the accumulated movement bound (its own rounding)
 REFRESH_AT = 0.5  # refresh the margins once a neuron's bound reaches this share of its margin ...
 REFRESH_GROUPS_AT = 0.25  # ... those of the groups where some neuron's bound has reached this share
+GRAPHS = True  # torch path on CUDA: full blocks of BLOCK_STEPS steps replayed from one CUDA graph ...
+GRAPH_AFTER_BLOCKS = 4  # ... captured once a layout has survived to blocks this many BLOCK_STEPS long
+CPU_GRAPHS = False  # the same capture/replay logic on the CPU, replaying eagerly (tests switch this on)
 PARTS = True  # compiled path: runs stepped in parts of the batch (GroupedStepper.parts)
 PRODUCT_POINTS_FRACTION = 0.25  # compiled path: groups with at least this share of the n points ...
 
@@ -249,13 +254,22 @@ class GroupSet:
         return self.zn * grow + self.allow * self.steps_since_refresh[self.gid]
 
 
+class _EagerReplay:
+    """CPU stand-in for a captured CUDA graph (CPU_GRAPHS): ``replay`` runs the sub-block."""
+
+    def __init__(self, fn: Any):
+        self.replay = fn
+
+
 class _Piece:
     """One piece of a chunk: groups (GroupSet) plus the exact neurons in a FastStepper, sharing
     each run's residual. Torch path: blocks of BLOCK_STEPS steps without per-step stop tests,
     redone step by step if a run met the target inside; compiled path: the stop test every step."""
 
-    def __init__(self, b: Any, rule: StepRule, compiled: bool):
+    def __init__(self, b: Any, rule: StepRule, compiled: bool, graphs: bool = False):
         self.b, self.rule, self.compiled = b, rule, compiled
+        self.graphs = graphs and not compiled  # torch path: capture full blocks (see _unchecked)
+        self.captures = self.replays = 0
         self.coef = rule.lr * rule.kappa / b.X.shape[1]
         self.exclude = torch.zeros(b.W.shape[:2], dtype=torch.bool, device=b.W.device)  # demoted
         self.twice = torch.zeros_like(self.exclude)  # demoted again (as one-neuron groups): exact for the piece
@@ -278,6 +292,9 @@ class _Piece:
         self.y0 = fs.y.clone()
         self.hg = torch.empty_like(fs.y)
         fs.lbuf = torch.empty(BLOCK_STEPS, fs.y.shape[0], dtype=fs.dtype, device=fs.dev)
+        self.cg = torch.empty(self.groups.G, dtype=fs.dtype, device=fs.dev)  # per-group coef of a block
+        self.hit = torch.zeros(fs.y.shape[0], dtype=torch.bool, device=fs.dev)  # met the target in a block
+        self.graph: Any = None  # the layout's buffers changed: capture again
         self.kernel = step_kernel.StepKernel(fs, self.groups, self.y0) if self.compiled else None
         self.group_neurons = self.groups.N
         self.product_groups = int((self.groups.dpos >= 0).sum())
@@ -337,19 +354,70 @@ class _Piece:
             fs = self.fs
             fs.t.add_(self.kernel.steps(steps, int(fs.t), self.rule.kappa, self.rule.lr, self.rule.target))
         else:
-            if self.fs.lbuf.shape[0] < steps:
-                self.fs.lbuf = self.fs.lbuf.new_empty(steps, self.fs.lbuf.shape[1])
-            self.fs._set_go()
-            cg = self._coef_group()
-            for k in range(steps):
-                self._step(k, cg)
-            loss = self.fs.lbuf[:steps] * (self.rule.kappa / (2 * self.fs.n))
-            if bool(((loss < self.rule.target) & self.fs.running).any()):
+            self._unchecked(steps)
+            if bool((self.hit & self.fs.running).any()):
                 self._undo()
                 self.redone += 1
                 for _ in range(steps):
                     self._step(None, None)
         self.groups.steps_since_refresh += steps
+
+    def _unchecked(self, steps: int) -> None:
+        """Torch path: ``steps`` steps without stop tests, in sub-blocks of BLOCK_STEPS (the last
+        one shorter); ``hit`` marks the run slots whose objective fell below the target at some
+        step. Full sub-blocks are replayed from a CUDA graph, captured once the layout has
+        survived to blocks of GRAPH_AFTER_BLOCKS sub-blocks (a layout rebuilt after a few steps
+        is not worth a capture); the graph's arithmetic is the eager step's."""
+        self.fs._set_go()
+        self.cg.copy_(self._coef_group())
+        if self.graphs and self.graph is None and steps >= GRAPH_AFTER_BLOCKS * BLOCK_STEPS:
+            self._capture()
+        self.hit.zero_()
+        full, rest = divmod(steps, BLOCK_STEPS)
+        for _ in range(full):
+            if self.graph is not None:
+                self.graph.replay()
+                self.replays += 1
+            else:
+                self._sub_block(BLOCK_STEPS)
+        if rest:
+            self._sub_block(rest)
+
+    def _sub_block(self, k: int) -> None:
+        """k ≤ BLOCK_STEPS unchecked steps, their losses into ``fs.lbuf[:k]`` and folded into ``hit``
+        (the checked step's arithmetic: κ·Σr²/(2n) < target)."""
+        fs = self.fs
+        for i in range(k):
+            self._step(i, self.cg)
+        loss = fs.lbuf[:k] * (self.rule.kappa / (2 * fs.n))
+        torch.logical_or(self.hit, (loss < self.rule.target).any(0), out=self.hit)
+
+    def _capture(self) -> None:
+        """Capture one full sub-block into a CUDA graph (CPU_GRAPHS on the CPU: a stand-in that
+        replays it eagerly, so that the tests run this logic). Called inside a block, after its
+        snapshot: the warm-up steps are undone. A failed capture warns and leaves graphs off."""
+        fs = self.fs
+        try:
+            if fs.dev.type == "cuda":
+                side = torch.cuda.Stream(device=fs.dev)
+                side.wait_stream(torch.cuda.current_stream(fs.dev))
+                with torch.cuda.stream(side):
+                    self._sub_block(2)  # warm-up (cuBLAS workspaces, caching allocator)
+                torch.cuda.current_stream(fs.dev).wait_stream(side)
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    self._sub_block(BLOCK_STEPS)
+                self.graph = g
+            else:
+                self._sub_block(2)
+                self.graph = _EagerReplay(lambda: self._sub_block(BLOCK_STEPS))
+            self.captures += 1
+        except RuntimeError as exc:  # pragma: no cover - depends on the CUDA stack
+            warnings.warn(f"CUDA graph capture of the grouped step failed ({exc}); stepping without graphs",
+                          stacklevel=2)
+            self.graphs, self.graph = False, None
+        finally:
+            self._undo()
 
     def next_block(self, ratio: float, growth: float, steps: int) -> int:
         """Length of the next block: doubled (up to MAX_BLOCK_STEPS) while the largest bound/margin
@@ -414,7 +482,8 @@ class _Piece:
                exact_neurons=self.exact_neurons, rebuilds=self.rebuilds,
                demoted=self.demoted, redone_blocks=self.redone, refreshes=self.refreshes,
                refreshed_members=self.refreshed_members,
-               readmitted=self.readmitted, demoted_twice=int(self.twice.sum()))
+               readmitted=self.readmitted, demoted_twice=int(self.twice.sum()),
+               graph_captures=self.captures, graph_replays=self.replays)
 
 
 class GroupedStepper:
@@ -427,9 +496,11 @@ class GroupedStepper:
 
     name = "grouped"
 
-    def __init__(self, rule: StepRule, fallback: Any, check_every: int = 1, compiled: bool | None = None):
+    def __init__(self, rule: StepRule, fallback: Any, check_every: int = 1, compiled: bool | None = None,
+                 graphs: bool | None = None):
         self.rule, self.fallback, self.check_every = rule, fallback, check_every
         self.compiled = compiled
+        self.graphs = graphs  # torch path: CUDA graphs of full blocks (None: GRAPHS on CUDA, CPU_GRAPHS on the CPU)
 
     def pays(self, b: Any, count: int) -> bool:
         return count >= MIN_STEPS and b.X.shape[1] * b.X.shape[2] >= MIN_POINTS_X_DIM
@@ -480,14 +551,19 @@ class GroupedStepper:
 
     def _advance(self, b: Any, t0: int, count: int, compiled: bool) -> None:
         done = 0
+        graphs = self.graphs
+        if graphs is None:
+            graphs = GRAPHS if b.W.device.type == "cuda" else CPU_GRAPHS
         while done < count:
-            pc = _Piece(b, self.rule, compiled)
+            pc = _Piece(b, self.rule, compiled, graphs)
             pc._build(t0 + done)
             # a fresh layout lets settled exact neurons join groups: worth it only while there are some
             piece = min(SUBCHUNK_STEPS, count - done) if pc.exact_neurons else count - done
             if count - done - piece < MIN_STEPS:
                 piece = count - done  # no short tail piece
             pc.run(t0 + done, piece, self.check_every, built=True)
+            if graphs and not pc.graphs:  # a capture failed: not again for this stepper
+                self.graphs = graphs = False
             done += piece
             if self.check_every and not bool(b.running.any()):
                 break
