@@ -14,7 +14,7 @@ weights, instead of O(n·d) per neuron: at d = n = 1024, m = 200 with one J+ gro
 one-point J− groups, ~100× fewer operations than the dense step. The same algorithm runs
 batched over all runs with torch operations (CPU and CUDA, no host synchronisation inside a
 block; patterns as dense masks, one matrix product per trial and block of groups; on CUDA the
-~40 kernels of each step replayed, BLOCK_STEPS steps at a time, from one CUDA graph) and, on the
+~50 kernels of each step replayed, BLOCK_STEPS steps at a time, from one CUDA graph) and, on the
 CPU with numba, in compiled loops over each group's points (kernels._groups_step).
 
 **Mixed step.** Every live neuron of a training run is in a group (any size, every certified
