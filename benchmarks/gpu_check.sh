@@ -14,8 +14,10 @@
 #      Figs 7 + 8 grid (5 trials x 16 lambda, cap 2e7, centred), each stopped by SIGTERM after
 #      SLICE_S seconds, then, while time is left, a paper-size two-teacher job (d = 16, m = 25,
 #      5 seeds, one rho) with the default and the fused step, and FUSED_DIMS (default 16) again with
-#      SHALLOWRELU_CUDA_STEP=fused; the iteration each reached, from which
-#      benchmarks/project_grid.py projects the grid's and the two-teacher sweep's wall time.
+#      SHALLOWRELU_CUDA_STEP=fused, then TOGETHER (default 4) copies of the d = 16 job at once (the GPU
+#      profile's jobs sharing the device); the iteration each reached, from which
+#      benchmarks/project_grid.py projects the grid's and the two-teacher sweep's wall time and
+#      prints the gain of sharing.
 # Steps 2-4 are bounded by timeouts (80 + 100 + 75 + 200 s); the slices by BUDGET_S (default 520 s
 # from the start: call it with timeout_s = 590). Dry run on a CPU machine:
 #   DEVICE=cpu SKIP_CHECKS=1 SLICE_S=10 bash benchmarks/gpu_check.sh
@@ -53,7 +55,7 @@ fi
 
 say "== real-job slices (${SLICE_S} s each)"
 "$PY" benchmarks/gpu_slices.py --device "$DEVICE" --seconds "$SLICE_S" --out "$OUT/slices.json" \
-    --fused-dims ${FUSED_DIMS:-16} --deadline $(( START + BUDGET_S )) --work "$OUT/slices" 2>&1 | tee -a "$LOG"
+    --fused-dims ${FUSED_DIMS:-16} --together ${TOGETHER:-4} --deadline $(( START + BUDGET_S )) --work "$OUT/slices" 2>&1 | tee -a "$LOG"
 rm -rf "$OUT/slices"
 "$PY" benchmarks/project_grid.py "$OUT/slices.json" 2>&1 | tee -a "$LOG"
 ls -la "$OUT" | tee -a "$LOG"

@@ -8,7 +8,8 @@ run-iterations done, and the last progress lines. Usable on the CPU too (``--dev
 After the grid's slices, where time is left: a paper-size two-teacher job (Appendix I: d = 16,
 m = 25, 5 seeds at one rho, cap 2e7) with each step of ``--two-teacher``, then the grid's jobs at
 ``--fused-dims`` with the fused Triton step (SHALLOWRELU_CUDA_STEP=fused, steppers/fused.py),
-recorded with ``"step": "fused"``.
+recorded with ``"step": "fused"``, then ``--together`` copies of the d = 16 job at once (the GPU
+profile's several jobs sharing the device), recorded with ``"together"``.
 """
 
 from __future__ import annotations
@@ -30,35 +31,74 @@ CONFIGS = [(4, 200), (16, 200), (64, 200), (256, 200), (1024, 200), (1024, 25), 
 TWO_TEACHER = {"scheme": "two-teacher-centred", "d": 16, "m": 25, "lambda_exps": "-7", "runs": 5}  # rho: its own
 
 
-def slice_job(d: int, m: int, device: str, seconds: float, work: str, step: str = "graphs",
-              scheme: str = "centred", lambda_exps: str = "2..-13", rho: str | None = None, runs: int = 80) -> dict:
-    out = f"{work}/{scheme}_d{d}_m{m}_{step}"
+def start_job(d: int, m: int, device: str, work: str, step: str = "graphs", scheme: str = "centred",
+              lambda_exps: str = "2..-13", rho: str | None = None, runs: int = 80, tag: str = "") -> dict:
+    """Start ``python -m shallowrelu train`` of one job (its output in ``work``, its log beside it)."""
+    out = f"{work}/{scheme}_d{d}_m{m}_{step}{tag}"
+    os.makedirs(work, exist_ok=True)
     cmd = [sys.executable, "-m", "shallowrelu", "train", "--scheme", scheme, "--d", str(d), "--m", str(m),
            "--seeds", "0", "1", "2", "3", "4", "--lambda-exps", lambda_exps, "--max-iters", "20000000",
            "--device", device, "--checkpoint-every", "1e9", "--out", out] + (["--rho", rho] if rho else [])
     env = dict(os.environ, SHALLOWRELU_PROGRESS_S="5", SHALLOWRELU_CUDA_STEP=step)
-    t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    try:
-        text, _ = proc.communicate(timeout=seconds)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGTERM)
+    log = open(f"{out}.log", "w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
+    return {"proc": proc, "log": log, "out": out, "t0": time.monotonic(),
+            "row": {"d": d, "m": m, "scheme": scheme, "runs": runs, "step": step, "device": device}}
+
+
+def stop_jobs(jobs: list[dict], seconds: float) -> list[dict]:
+    """Let the started ``jobs`` run ``seconds`` (from the first start), SIGTERM every one still
+    running at once (the engine writes a checkpoint at its next logging point and exits), and
+    record each: wall time, the iteration reached, the runs finished (their summaries'
+    iterations) and still training, the run-iterations done, the last progress lines."""
+    end = min(j["t0"] for j in jobs) + seconds
+    for j in jobs:
         try:
-            text, _ = proc.communicate(timeout=120)
+            j["proc"].wait(timeout=max(0.0, end - time.monotonic()))
         except subprocess.TimeoutExpired:
-            proc.kill()
-            text, _ = proc.communicate()
-    wall = time.monotonic() - t0
+            break
+    for j in jobs:
+        if j["proc"].poll() is None:
+            j["proc"].send_signal(signal.SIGTERM)
+    rows = []
+    for j in jobs:
+        try:
+            j["proc"].wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            j["proc"].kill()
+            j["proc"].wait()
+        wall = time.monotonic() - j["t0"]
+        j["log"].close()
+        with open(f"{j['out']}.log") as fh:
+            text = fh.read()
+        rows.append(_record(j, text, wall))
+    return rows
+
+
+def _record(job: dict, text: str, wall: float) -> dict:
+    out, runs = job["out"], job["row"]["runs"]
     reached = [int(x.replace(",", "")) for x in re.findall(r"checkpoint written at iteration ([\d,]+)", text)]
     progress = [(float(sec), int(it.replace(",", "")), int(tr)) for it, tr, sec in
                 re.findall(r"iteration ([\d,]+)/[\d,]+ .*?(\d+) runs training, \d+ done, ([\d.]+) s", text)]
     t = reached[-1] if reached else (progress[-1][1] if progress else 0)
     finished = [json.load(open(p))["iterations"] for p in glob.glob(f"{out}/**/lam*.json", recursive=True)]
     training = runs - len(finished)
-    return {"d": d, "m": m, "scheme": scheme, "runs": runs, "step": step, "device": device, "wall_s": wall,
-            "iteration_reached": t, "runs_finished": len(finished),
+    return {**job["row"], "wall_s": wall, "iteration_reached": t, "runs_finished": len(finished),
             "runs_training": training, "run_iterations": sum(finished) + training * t,
-            "progress": progress, "returncode": proc.returncode, "tail": text.strip().splitlines()[-4:]}
+            "progress": progress, "returncode": job["proc"].returncode, "tail": text.strip().splitlines()[-4:]}
+
+
+def slice_job(d: int, m: int, device: str, seconds: float, work: str, step: str = "graphs", **kw) -> dict:
+    """One job alone for ``seconds`` (:func:`start_job`'s keywords), recorded by :func:`stop_jobs`."""
+    return stop_jobs([start_job(d, m, device, work, step, **kw)], seconds)[0]
+
+
+def together(d: int, m: int, device: str, seconds: float, work: str, copies: int, **kw) -> list[dict]:
+    """``copies`` copies of the (d, m) job at once (as the GPU profile's gpu=4 runs them), each
+    recorded with ``"together": copies``: their summed rate against the job alone says how many
+    jobs sharing the device pay."""
+    jobs = [start_job(d, m, device, work, tag=f"_copy{i}", **kw) for i in range(copies)]
+    return [dict(r, together=copies) for r in stop_jobs(jobs, seconds)]
 
 
 def main() -> int:
@@ -72,20 +112,30 @@ def main() -> int:
                     help="also slice these d with SHALLOWRELU_CUDA_STEP=fused, after the default ones")
     ap.add_argument("--two-teacher", nargs="*", default=["graphs", "fused"], choices=["graphs", "fused"],
                     help="slice a paper-size two-teacher job (5 seeds, one rho) with these steps, after the grid's")
+    ap.add_argument("--together", type=int, default=0, metavar="K",
+                    help="last, K copies of the d = 16 job at once (0: not; the GPU profile runs 4)")
     args = ap.parse_args()
+    if args.together < 0 or args.together == 1:
+        ap.error(f"--together must be 0 or at least 2, got {args.together}")
     rows = []
     tt = {k: v for k, v in TWO_TEACHER.items() if k not in ("d", "m")}
     jobs = ([(d, m, "graphs", {}) for d, m in CONFIGS]
             + [(TWO_TEACHER["d"], TWO_TEACHER["m"], step, tt) for step in args.two_teacher]
             + [(d, m, "fused", {}) for d, m in CONFIGS if d in args.fused_dims])
+    jobs += [(16, 200, "together", {})] if args.together else []  # the launch-bound job
     for d, m, step, extra in jobs:
         if args.deadline and time.time() + args.seconds + 30 > args.deadline:
             print(f"no time left for d={d} m={m} ({step})", flush=True)
             break
-        r = slice_job(d, m, args.device, args.seconds, args.work, step, **extra)
-        rows.append(r)
-        print(f"{r['scheme']} d={d} m={m} ({step}): iteration {r['iteration_reached']:,} in {r['wall_s']:.0f} s, "
-              f"{r['runs_finished']} runs done, {r['run_iterations']:,} run-iterations", flush=True)
+        if step == "together":
+            new = together(d, m, args.device, args.seconds, args.work, args.together)
+        else:
+            new = [slice_job(d, m, args.device, args.seconds, args.work, step, **extra)]
+        for r in new:
+            print(f"{r['scheme']} d={d} m={m} ({r['step']}{', together' if 'together' in r else ''}): iteration "
+                  f"{r['iteration_reached']:,} in {r['wall_s']:.0f} s, {r['runs_finished']} runs done, "
+                  f"{r['run_iterations']:,} run-iterations", flush=True)
+        rows += new
         with open(args.out, "w") as fh:
             json.dump({"slices": rows, "seconds": args.seconds}, fh, indent=2)
     return 0

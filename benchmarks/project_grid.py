@@ -11,7 +11,9 @@ own rate between its last two progress lines (iterations per second, start-up ex
 to the cap — an upper bound, since the early phase is the slow one. Where a (d, m) has slices with
 both steps, the total takes the faster projection.
 A paper-size two-teacher slice is projected apart: its job to the cap at its last rate, times
-the paper's 54 jobs. Usage: python benchmarks/project_grid.py slices.json [bench.json]
+the paper's 54 jobs. Copies of one job run at once (``"together"``: the GPU profile's jobs sharing
+the device) are not projected: their summed run-iterations/s against the same job alone is
+printed, the measured gain of sharing. Usage: python benchmarks/project_grid.py slices.json [bench.json]
 """
 
 from __future__ import annotations
@@ -66,6 +68,40 @@ def grid_job(s: dict, bench: dict | None) -> tuple[float, float | None, str]:
     return float("nan"), None, "too short a slice"
 
 
+def _rate(s: dict) -> float:
+    """A slice's run-iterations per second of wall time, start-up included."""
+    return s["run_iterations"] / s["wall_s"] if s["wall_s"] > 0 else float("nan")
+
+
+def _steady_rate(s: dict) -> float:
+    """Run-iterations per second between a slice's first and last progress lines (start-up
+    excluded; the runs training at the first line counted throughout), NaN with fewer than two."""
+    prog = s.get("progress") or []
+    if len(prog) < 2 or prog[-1][0] <= prog[0][0]:
+        return float("nan")
+    (s0, i0, tr0), (s1, i1, _) = prog[0], prog[-1]
+    return (i1 - i0) * tr0 / (s1 - s0)
+
+
+def sharing_gain(slices: list[dict]) -> str | None:
+    """The line on copies run at once: their summed rate against the same (d, m) job alone."""
+    copies = [s for s in slices if s.get("together")]
+    if not copies:
+        return None
+    d, m, k = copies[0]["d"], copies[0]["m"], copies[0]["together"]
+    alone = [s for s in slices if (s["d"], s["m"]) == (d, m) and not s.get("together")
+             and s.get("step", "graphs") == "graphs" and s.get("scheme", "centred") == "centred"]
+    head = f"{k} copies of the d={d} m={m} job at once:"
+    if not alone:
+        return f"{head} {sum(_rate(s) for s in copies):,.0f} run-it/s together (no slice alone to compare)"
+    parts = []
+    for how, rate in (("start-up included", _rate), ("between progress lines", _steady_rate)):
+        both, one = sum(rate(s) for s in copies), rate(alone[0])
+        if both == both and one == one:
+            parts.append(f"{both:,.0f} run-it/s together vs {one:,.0f} alone ({both / one:.2f}x, {how})")
+    return f"{head} " + "; ".join(parts)
+
+
 def faster(a: float, b: float) -> float:
     """The smaller of two projections, a NaN (not projected) only where both are."""
     return b if a != a else (a if b != b else min(a, b))
@@ -83,6 +119,8 @@ def main(argv: list[str]) -> int:
     print("| d | m | step | slice: iteration in s | runs still training | late run-it/s | projected job (h) | how |")
     print("|---|---|---|---|---|---|---|---|")
     for s in slices:
+        if s.get("together"):
+            continue
         if s.get("scheme", "centred").startswith("two-teacher"):
             two_teacher[s.get("step", "graphs")] = _two_teacher_job(s)
             continue
@@ -95,6 +133,9 @@ def main(argv: list[str]) -> int:
         print(f"two-teacher job (5 seeds, one rho, {step}): {job / 60:.1f} min to the cap at the slice's last rate "
               f"(upper bound); the paper's 54 such jobs (18 rho x 3 seed groups) one after another: "
               f"{54 * job / 3600:.2f} h")
+    gain = sharing_gain(slices)
+    if gain:
+        print(gain)
     total = 2 * sum(best.values())  # two schemes; NaN where some (d, m) could not be projected
     print(f"PROJECTION (not measured), both schemes, jobs one after another, the faster step per (d, m): "
           f"{total / 3600:.2f} h")
