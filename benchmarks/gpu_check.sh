@@ -14,7 +14,8 @@
 #      Figs 7 + 8 grid (5 trials x 16 lambda, cap 2e7, centred), each stopped by SIGTERM after
 #      SLICE_S seconds, then, while time is left, a paper-size two-teacher job (d = 16, m = 25,
 #      5 seeds, one rho) with the default and the fused step, and FUSED_DIMS (default 16) again with
-#      SHALLOWRELU_CUDA_STEP=fused, then TOGETHER (default 4) copies of the d = 16 job at once (the GPU
+#      SHALLOWRELU_CUDA_STEP=fused, MERGED_DIMS (default 16) with both schemes in one batch (160 runs,
+#      train.merge_schemes), then TOGETHER (default 4) copies of the d = 16 job at once (the GPU
 #      profile's jobs sharing the device); the iteration each reached, from which
 #      benchmarks/project_grid.py projects the grid's and the two-teacher sweep's wall time and
 #      prints the gain of sharing.
@@ -55,7 +56,7 @@ fi
 
 say "== real-job slices (${SLICE_S} s each)"
 "$PY" benchmarks/gpu_slices.py --device "$DEVICE" --seconds "$SLICE_S" --out "$OUT/slices.json" \
-    --fused-dims ${FUSED_DIMS:-16} --together ${TOGETHER:-4} --deadline $(( START + BUDGET_S )) --work "$OUT/slices" 2>&1 | tee -a "$LOG"
+    --fused-dims ${FUSED_DIMS:-16} --merged-dims ${MERGED_DIMS:-16} --together ${TOGETHER:-4} --deadline $(( START + BUDGET_S )) --work "$OUT/slices" 2>&1 | tee -a "$LOG"
 rm -rf "$OUT/slices"
 "$PY" benchmarks/project_grid.py "$OUT/slices.json" 2>&1 | tee -a "$LOG"
 ls -la "$OUT" | tee -a "$LOG"

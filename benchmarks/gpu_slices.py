@@ -8,8 +8,10 @@ run-iterations done, and the last progress lines. Usable on the CPU too (``--dev
 After the grid's slices, where time is left: a paper-size two-teacher job (Appendix I: d = 16,
 m = 25, 5 seeds at one rho, cap 2e7) with each step of ``--two-teacher``, then the grid's jobs at
 ``--fused-dims`` with the fused Triton step (SHALLOWRELU_CUDA_STEP=fused, steppers/fused.py),
-recorded with ``"step": "fused"``, then ``--together`` copies of the d = 16 job at once (the GPU
-profile's several jobs sharing the device), recorded with ``"together"``.
+recorded with ``"step": "fused"``, then the jobs at ``--merged-dims`` with both schemes in one
+batch (``--scheme centred uncentred``, 160 runs: train.merge_schemes), then ``--together`` copies
+of the d = 16 job at once (the GPU profile's several jobs sharing the device), recorded with
+``"together"``.
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ TWO_TEACHER = {"scheme": "two-teacher-centred", "d": 16, "m": 25, "lambda_exps":
 
 def start_job(d: int, m: int, device: str, work: str, step: str = "graphs", scheme: str = "centred",
               lambda_exps: str = "2..-13", rho: str | None = None, runs: int = 80, tag: str = "") -> dict:
-    """Start ``python -m shallowrelu train`` of one job (its output in ``work``, its log beside it)."""
-    out = f"{work}/{scheme}_d{d}_m{m}_{step}{tag}"
+    """Start ``python -m shallowrelu train`` of one job (its output in ``work``, its log beside it);
+    ``scheme`` may name several, separated by spaces (one batch of ``runs`` for all)."""
+    out = f"{work}/{scheme.replace(' ', '+')}_d{d}_m{m}_{step}{tag}"
     os.makedirs(work, exist_ok=True)
-    cmd = [sys.executable, "-m", "shallowrelu", "train", "--scheme", scheme, "--d", str(d), "--m", str(m),
+    cmd = [sys.executable, "-m", "shallowrelu", "train", "--scheme", *scheme.split(), "--d", str(d), "--m", str(m),
            "--seeds", "0", "1", "2", "3", "4", "--lambda-exps", lambda_exps, "--max-iters", "20000000",
            "--device", device, "--checkpoint-every", "1e9", "--out", out] + (["--rho", rho] if rho else [])
     env = dict(os.environ, SHALLOWRELU_PROGRESS_S="5", SHALLOWRELU_CUDA_STEP=step)
@@ -112,6 +115,8 @@ def main() -> int:
                     help="also slice these d with SHALLOWRELU_CUDA_STEP=fused, after the default ones")
     ap.add_argument("--two-teacher", nargs="*", default=["graphs", "fused"], choices=["graphs", "fused"],
                     help="slice a paper-size two-teacher job (5 seeds, one rho) with these steps, after the grid's")
+    ap.add_argument("--merged-dims", type=int, nargs="*", default=[],
+                    help="also slice these d with both schemes in one job (train.merge_schemes: 160 runs)")
     ap.add_argument("--together", type=int, default=0, metavar="K",
                     help="last, K copies of the d = 16 job at once (0: not; the GPU profile runs 4)")
     args = ap.parse_args()
@@ -122,6 +127,8 @@ def main() -> int:
     jobs = ([(d, m, "graphs", {}) for d, m in CONFIGS]
             + [(TWO_TEACHER["d"], TWO_TEACHER["m"], step, tt) for step in args.two_teacher]
             + [(d, m, "fused", {}) for d, m in CONFIGS if d in args.fused_dims])
+    jobs += [(d, m, "graphs", {"scheme": "centred uncentred", "runs": 160}) for d, m in CONFIGS
+             if d in args.merged_dims]
     jobs += [(16, 200, "together", {})] if args.together else []  # the launch-bound job
     for d, m, step, extra in jobs:
         if args.deadline and time.time() + args.seconds + 30 > args.deadline:

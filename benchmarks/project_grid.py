@@ -13,7 +13,8 @@ both steps, the total takes the faster projection.
 A paper-size two-teacher slice is projected apart: its job to the cap at its last rate, times
 the paper's 54 jobs. Copies of one job run at once (``"together"``: the GPU profile's jobs sharing
 the device) are not projected: their summed run-iterations/s against the same job alone is
-printed, the measured gain of sharing. Usage: python benchmarks/project_grid.py slices.json [bench.json]
+printed, the measured gain of sharing; likewise a job of both schemes in one batch
+(train.merge_schemes) against one scheme's job alone. Usage: python benchmarks/project_grid.py slices.json [bench.json]
 """
 
 from __future__ import annotations
@@ -83,23 +84,39 @@ def _steady_rate(s: dict) -> float:
     return (i1 - i0) * tr0 / (s1 - s0)
 
 
-def sharing_gain(slices: list[dict]) -> str | None:
-    """The line on copies run at once: their summed rate against the same (d, m) job alone."""
-    copies = [s for s in slices if s.get("together")]
-    if not copies:
-        return None
-    d, m, k = copies[0]["d"], copies[0]["m"], copies[0]["together"]
-    alone = [s for s in slices if (s["d"], s["m"]) == (d, m) and not s.get("together")
-             and s.get("step", "graphs") == "graphs" and s.get("scheme", "centred") == "centred"]
-    head = f"{k} copies of the d={d} m={m} job at once:"
+def _merged(s: dict) -> bool:
+    return " " in s.get("scheme", "centred")
+
+
+def _versus(head: str, group: list[dict], alone: list[dict]) -> str:
+    """``head``, then the summed rate of ``group`` against the first slice of ``alone``."""
     if not alone:
-        return f"{head} {sum(_rate(s) for s in copies):,.0f} run-it/s together (no slice alone to compare)"
+        return f"{head} {sum(_rate(s) for s in group):,.0f} run-it/s (no slice alone to compare)"
     parts = []
     for how, rate in (("start-up included", _rate), ("between progress lines", _steady_rate)):
-        both, one = sum(rate(s) for s in copies), rate(alone[0])
+        both, one = sum(rate(s) for s in group), rate(alone[0])
         if both == both and one == one:
-            parts.append(f"{both:,.0f} run-it/s together vs {one:,.0f} alone ({both / one:.2f}x, {how})")
+            parts.append(f"{both:,.0f} run-it/s vs {one:,.0f} alone ({both / one:.2f}x, {how})")
     return f"{head} " + "; ".join(parts)
+
+
+def sharing_gains(slices: list[dict]) -> list[str]:
+    """Lines on copies run at once (their summed rate) and on jobs of both schemes in one batch,
+    each against the same (d, m) job of one scheme alone (the default step)."""
+    def alone(d, m):
+        return [s for s in slices if (s["d"], s["m"]) == (d, m) and not s.get("together") and not _merged(s)
+                and s.get("step", "graphs") == "graphs" and s.get("scheme", "centred") == "centred"]
+
+    lines = []
+    copies = [s for s in slices if s.get("together")]
+    if copies:
+        d, m, k = copies[0]["d"], copies[0]["m"], copies[0]["together"]
+        lines.append(_versus(f"{k} copies of the d={d} m={m} job at once, together:", copies, alone(d, m)))
+    for s in slices:
+        if _merged(s):
+            lines.append(_versus(f"d={s['d']} m={s['m']}, {s['scheme']} in one batch of {s['runs']} runs:",
+                                 [s], alone(s["d"], s["m"])))
+    return lines
 
 
 def faster(a: float, b: float) -> float:
@@ -119,7 +136,7 @@ def main(argv: list[str]) -> int:
     print("| d | m | step | slice: iteration in s | runs still training | late run-it/s | projected job (h) | how |")
     print("|---|---|---|---|---|---|---|---|")
     for s in slices:
-        if s.get("together"):
+        if s.get("together") or _merged(s):
             continue
         if s.get("scheme", "centred").startswith("two-teacher"):
             two_teacher[s.get("step", "graphs")] = _two_teacher_job(s)
@@ -133,9 +150,8 @@ def main(argv: list[str]) -> int:
         print(f"two-teacher job (5 seeds, one rho, {step}): {job / 60:.1f} min to the cap at the slice's last rate "
               f"(upper bound); the paper's 54 such jobs (18 rho x 3 seed groups) one after another: "
               f"{54 * job / 3600:.2f} h")
-    gain = sharing_gain(slices)
-    if gain:
-        print(gain)
+    for line in sharing_gains(slices):
+        print(line)
     total = 2 * sum(best.values())  # two schemes; NaN where some (d, m) could not be projected
     print(f"PROJECTION (not measured), both schemes, jobs one after another, the faster step per (d, m): "
           f"{total / 3600:.2f} h")

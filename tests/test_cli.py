@@ -97,3 +97,35 @@ def test_run_files_and_provenance(tmp_path):
     mtime = (tdir / "lamm2.json").stat().st_mtime_ns
     assert main(BASE + ["--out", str(tmp_path), "--max-iters", "300", "--n-log", "10", "--quiet"]) == 0
     assert (tdir / "lamm2.json").stat().st_mtime_ns == mtime
+
+
+@pytest.mark.parametrize(("schemes", "message"), [
+    (["centred", "centred"], "--scheme values must be distinct, got centred centred"),
+    (["centred", "round"], "unknown scheme 'round'"),
+])
+def test_bad_scheme_lists(tmp_path, capsys, schemes, message):
+    args = BASE[:2] + schemes + BASE[3:]
+    with pytest.raises(SystemExit) as exc:
+        main(args + ["--out", str(tmp_path / "o")])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_two_schemes_in_one_batch_write_what_two_jobs_write(tmp_path):
+    """``--scheme centred uncentred`` (train.merge_schemes): one batch, each scheme's files where
+    its own job puts them, with the same iterates (the reference engine: bit for bit)."""
+    common = ["--d", "4", "--m", "6", "--seeds", "0", "1", "--lambda-exps", "0", "-4", "--max-iters", "400",
+              "--n-log", "10", "--quiet", "--engine", "reference"]
+    assert main(["train", "--scheme", "centred", "uncentred", "--out", str(tmp_path / "one")] + common) == 0
+    for scheme in ("centred", "uncentred"):
+        assert main(["train", "--scheme", scheme, "--out", str(tmp_path / "two")] + common) == 0
+    one = sorted(p.relative_to(tmp_path / "one") for p in (tmp_path / "one").rglob("*") if p.is_file())
+    two = sorted(p.relative_to(tmp_path / "two") for p in (tmp_path / "two").rglob("*") if p.is_file())
+    assert one == two and len([p for p in one if p.suffix == ".json"]) == 2 * 2 * 2
+    for rel in (p for p in one if p.suffix == ".npz" and p.name != "trial.npz"):
+        with np.load(tmp_path / "one" / rel) as a, np.load(tmp_path / "two" / rel) as b:
+            assert np.array_equal(a["W_final"], b["W_final"]) and np.array_equal(a["a_final"], b["a_final"]), rel
+    for rel in (p for p in one if p.suffix == ".json"):
+        sa, sb = (json.loads((tmp_path / r / rel).read_text()) for r in ("one", "two"))
+        assert (sa["iterations"], sa["stop_reason"]) == (sb["iterations"], sb["stop_reason"]), rel

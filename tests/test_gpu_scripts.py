@@ -61,6 +61,9 @@ def test_projection_takes_the_faster_step_and_the_two_teacher_job(tmp_path, caps
               _slice(64, 200, "fused"), _slice(16, 25, "fused", training=5, scheme="two-teacher-centred")]
     # copies run at once: not grid slices (this one would project shorter), only their summed rate
     slices += [_slice(16, 200, reached=10**7, together=3, run_iterations=12 * 16000) for _ in range(3)]
+    # both schemes in one batch: not a grid slice either
+    slices.append(_slice(16, 200, reached=10**7, training=160, scheme="centred uncentred", runs=160,
+                         run_iterations=12 * 30000, progress=((5.0, 1000, 160), (10.0, 3000, 160))))
     (tmp_path / "slices.json").write_text(json.dumps({"slices": slices}))
     (tmp_path / "bench-cuda.json").write_text(json.dumps(BENCH))
     assert project_grid.main([str(tmp_path / "slices.json")]) == 0
@@ -72,16 +75,20 @@ def test_projection_takes_the_faster_step_and_the_two_teacher_job(tmp_path, caps
     assert f"the faster step per (d, m): {2 * (d16 + d64) / 3600:.2f} h" in out
     assert f"two-teacher job (5 seeds, one rho, fused): {tt / 60:.1f} min" in out
     assert f"one after another: {54 * tt / 3600:.2f} h" in out
-    assert ("3 copies of the d=16 m=200 job at once: 48,000 run-it/s together vs 20,000 alone (2.40x, start-up "
-            "included); 96,000 run-it/s together vs 32,000 alone (3.00x, between progress lines)") in out
+    assert ("3 copies of the d=16 m=200 job at once, together: 48,000 run-it/s vs 20,000 alone (2.40x, start-up "
+            "included); 96,000 run-it/s vs 32,000 alone (3.00x, between progress lines)") in out
+    assert ("d=16 m=200, centred uncentred in one batch of 160 runs: 30,000 run-it/s vs 20,000 alone (1.50x, "
+            "start-up included); 64,000 run-it/s vs 32,000 alone (2.00x, between progress lines)") in out
 
 
-def test_one_real_slice_on_the_cpu(tmp_path):
-    """``python -m shallowrelu train`` stopped by SIGTERM: the record names the step and the scheme."""
-    r = gpu_slices.slice_job(4, 20, "cpu", 8.0, str(tmp_path), "fused", lambda_exps="0", runs=5)
+@pytest.mark.parametrize("scheme, runs", [("centred", 5), ("centred uncentred", 10)])
+def test_one_real_slice_on_the_cpu(tmp_path, scheme, runs):
+    """``python -m shallowrelu train`` stopped by SIGTERM: the record names the step and the
+    scheme(s) (two: one batch of both, train.merge_schemes)."""
+    r = gpu_slices.slice_job(4, 20, "cpu", 8.0, str(tmp_path), "fused", scheme=scheme, lambda_exps="0", runs=runs)
     assert r["returncode"] in (0, 143), r["tail"]
-    assert (r["d"], r["m"], r["step"], r["scheme"], r["runs"]) == (4, 20, "fused", "centred", 5)
-    assert r["runs_finished"] + r["runs_training"] == 5 and r["wall_s"] > 0
+    assert (r["d"], r["m"], r["step"], r["scheme"], r["runs"]) == (4, 20, "fused", scheme, runs)
+    assert r["runs_finished"] + r["runs_training"] == runs and r["wall_s"] > 0
 
 
 def test_copies_at_once_are_stopped_together(tmp_path):

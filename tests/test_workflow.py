@@ -118,6 +118,39 @@ def test_seeds_per_job_batches_trials_and_declares_the_same_runs(tmp_path):
     assert any(k.endswith("_seeds0_1_2") for k in batched)
 
 
+def test_merge_schemes_shares_jobs_and_declares_the_same_runs(tmp_path):
+    """train.merge_schemes: both schemes of a (d, m, λ set) with the same seeds train as one job
+    (``--scheme centred uncentred``); the declared run summaries are exactly those of separate
+    jobs. Fig 2's and Fig 9's extra λ make their cells differ: those stay one scheme each."""
+    base = 'train={"seeds_per_job": 5'
+    _, out_sep = dry_run(tmp_path, "config/config.yaml", config=[base + "}"])
+    _, out_mrg = dry_run(tmp_path, "config/config.yaml", config=[base + ', "merge_schemes": true}'])
+    sep, mrg = train_outputs(out_sep), train_outputs(out_mrg)
+    assert sorted(p for v in mrg.values() for p in v) == sorted(p for v in sep.values() for p in v)
+    both = [k for k in mrg if "_centred_uncentred_" in k]
+    assert both and len(mrg) == len(sep) - len(both)
+    assert "train_centred_uncentred_d4_m200_seeds0_1_2_3_4" in both
+    for k in both:
+        assert {p.split("/")[-5] for p in mrg[k]} == {"centred", "uncentred"}, k
+    res = snakemake(tmp_path, "-n", "-p", "train_centred_uncentred_d4_m200_seeds0_1_2_3_4",
+                    config=[*OTHERS_OFF, base + ', "merge_schemes": true}'])
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "--scheme centred uncentred --d 4 --m 200 --seeds 0 1 2 3 4 " in res.stdout
+
+
+def test_gpu_profile_runs_the_paper_grid_as_seven_jobs(tmp_path):
+    """profiles/gpu with the paper's config: one job of both schemes (160 runs) per (d, m) of
+    Figs 7 + 8, on CUDA, at the paper's cap; four such jobs may share the device."""
+    res = snakemake(tmp_path, "-n", "-p", "--profile", str(REPO / "profiles" / "gpu"), configfile="config/paper.yaml")
+    assert res.returncode == 0, res.stderr[-2000:]
+    counts = job_counts(res.stdout)
+    grid = [k for k in counts if re.fullmatch(r"train_centred_uncentred_d\d+_m\d+_seeds0_1_2_3_4", k)]
+    assert len(grid) == 7 and not any(re.fullmatch(r"train_(centred|uncentred)_d\d+_m\d+_seeds.*", k) for k in counts)
+    cmds = [c for c in res.stdout.splitlines() if "--scheme centred uncentred" in c]
+    assert len(cmds) == 7 and all("--device cuda" in c and "--max-iters 20000000" in c for c in cmds)
+    assert "gpu=1" in res.stdout
+
+
 def test_named_targets_and_gpu_resource(tmp_path):
     counts, out = dry_run(tmp_path, "config/config.yaml", config=["train={device: cuda, group: trials}"])
     assert "gpu=1" in out

@@ -42,7 +42,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         description="Train all (seed, λ) runs of one scheme, dimension and width as one batched "
         "computation and write one .npz + .json per run (and trial.npz per seed) under --out.",
     )
-    p.add_argument("--scheme", required=True, help=f"dataset scheme: {', '.join(SCHEMES)}")
+    p.add_argument("--scheme", required=True, nargs="+",
+                   help=f"dataset scheme: {', '.join(SCHEMES)}; several (distinct) train as one batch, each "
+                        "scheme's runs written as in a job of its own (e.g. both schemes of a grid cell on a GPU)")
     p.add_argument("--d", type=int, required=True, help="input dimension d (>= 2); the dataset has n = d points")
     p.add_argument("--m", type=int, required=True, help="network width m (>= 1)")
     p.add_argument("--seeds", type=int, nargs="+", required=True, help="trial seeds (>= 0)")
@@ -84,7 +86,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     from .runs import train_trials
 
-    check_scheme(args.scheme)
+    for scheme in args.scheme:
+        check_scheme(scheme)
+    if len(set(args.scheme)) != len(args.scheme):
+        raise ValueError(f"--scheme values must be distinct, got {' '.join(args.scheme)}")
     check_sizes(args.d, args.m)
     for s in args.seeds:
         if s < 0:

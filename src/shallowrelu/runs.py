@@ -86,13 +86,19 @@ def summary_is_current(path: Path, cfg: TrainConfig, run: dict | None = None) ->
     return npz_problem(path.with_suffix(".npz")) is None
 
 
-def checkpoint_path(root: str | Path, scheme: str, d: int, m: int, seeds: Sequence[int],
+def _schemes(scheme: str | Sequence[str]) -> list[str]:
+    return [scheme] if isinstance(scheme, str) else list(scheme)
+
+
+def checkpoint_path(root: str | Path, scheme: str | Sequence[str], d: int, m: int, seeds: Sequence[int],
                     lambda_exps: Sequence[int]) -> Path:
-    """The batch checkpoint of one job, named by its full set of runs (seeds × λ exponents), so
-    that a rerun finds it even when some runs finished before the kill and are skipped."""
-    runs = sorted(run_key(scheme, d, m, s, e) for s in seeds for e in lambda_exps)
+    """The batch checkpoint of one job, named by its full set of runs (schemes × seeds × λ
+    exponents), so that a rerun finds it even when some runs finished before the kill and are
+    skipped; beside the first scheme's trials."""
+    schemes = _schemes(scheme)
+    runs = sorted(run_key(sc, d, m, s, e) for sc in schemes for s in seeds for e in lambda_exps)
     tag = hashlib.sha256("\n".join(runs).encode()).hexdigest()[:10]
-    return (trial_dir(root, scheme, d, m, min(seeds)).parent
+    return (trial_dir(root, schemes[0], d, m, min(seeds)).parent
             / f".checkpoint-seeds{'-'.join(map(str, seeds))}-{tag}.pkl")
 
 
@@ -158,7 +164,7 @@ def stop_warning(res: RunResult) -> str | None:
 
 def train_trials(
     root: str | Path,
-    scheme: str,
+    scheme: str | Sequence[str],
     d: int,
     m: int,
     seeds: Sequence[int],
@@ -169,29 +175,34 @@ def train_trials(
     progress: bool = True,
     force: bool = False,
 ) -> list[Path]:
-    """Train every (seed, λ) of one (scheme, d, m) as one batch and write the files.
+    """Train every (seed, λ) of one (scheme, d, m) — or of several schemes (a list: one batch for
+    all, e.g. both schemes of a grid cell on a GPU) — as one batch and write the files.
 
     Returns the run stems written or found current. Inputs are validated before any work.
     """
     cfg.validate()
     root = Path(root)
+    schemes = _schemes(scheme)
+    if not schemes or len(set(schemes)) != len(schemes):
+        raise ValueError(f"schemes must be distinct and at least one, got {schemes}")
     lambdas = [lambda_from_exp(e) for e in lambda_exps]  # validates as exps are ints
-    trials: dict[int, Trial] = {seed: make_trial(scheme, d, m, seed, rho) for seed in seeds}
+    trials = {(sc, seed): make_trial(sc, d, m, seed, rho) for sc in schemes for seed in seeds}
     specs, stems = [], []
-    for seed, tr in trials.items():
-        tdir = trial_dir(root, scheme, d, m, seed)
+    for (sc, seed), tr in trials.items():
+        tdir = trial_dir(root, sc, d, m, seed)
         tfile = tdir / "trial.npz"
         if force or not _trial_file_matches(tfile, tr):
             tr.save(tfile)
         for e, lam in zip(lambda_exps, lambdas):
-            stem = run_stem(root, scheme, d, m, seed, e)
+            stem = run_stem(root, sc, d, m, seed, e)
             stems.append(stem)
             if not force and summary_is_current(stem.with_suffix(".json"), cfg, {"rho": tr.rho, "n": tr.n}):
                 continue
             if not force and (problem := run_file_problem(stem)) is not None:
                 _warn(f"{problem[0]} is {problem[1]}; training that run again")
-            specs.append(RunSpec(tr, lam, run_key(scheme, d, m, seed, e), lambda_exp=int(e)))
-    ck = checkpoint_path(root, scheme, d, m, seeds, lambda_exps)
+            specs.append(RunSpec(tr, lam, run_key(sc, d, m, seed, e), lambda_exp=int(e)))
+    ck = checkpoint_path(root, schemes, d, m, seeds, lambda_exps)
+    label = "+".join(schemes)
     if not specs:
         ck.unlink(missing_ok=True)  # left over if a job was killed after its last run was written
         return stems
@@ -204,8 +215,8 @@ def train_trials(
             _warn(text)
 
     train(specs, cfg, checkpoint=ck, progress=progress, on_result=on_result,
-          desc=f"{scheme} d={d} m={m} seeds={list(seeds)}")
+          desc=f"{label} d={d} m={m} seeds={list(seeds)}")
     if progress:
-        print(f"[{scheme} d={d} m={m}] {len(specs)} runs trained in {time.monotonic() - start:.1f} s",
+        print(f"[{label} d={d} m={m}] {len(specs)} runs trained in {time.monotonic() - start:.1f} s",
               file=sys.stderr)
     return stems

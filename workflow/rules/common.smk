@@ -81,29 +81,47 @@ def trial_outputs(key):
 
 def training_jobs():
     """The training jobs: registered trials with the same (root, scheme, d, m, rho, λ set),
-    ``train.seeds_per_job`` seeds at a time (in seed order), as lists of trial keys."""
+    ``train.seeds_per_job`` seeds at a time (in seed order), as lists of trial keys. With
+    ``train.merge_schemes``, the schemes of a (root, d, m, rho, λ set) that have the same seeds
+    share each job (one batch: keys scheme by scheme, each with the job's seeds)."""
     per = TRAIN["seeds_per_job"]
     by_cell = {}
     for key in sorted(TRIALS, key=lambda k: k[:5]):
         root, scheme, d, m, _seed, rho = key
-        cell = (root, scheme, d, m, rho, tuple(sorted(TRIALS[key], reverse=True)))
-        by_cell.setdefault(cell, []).append(key)
-    return [keys[i:i + per] for keys in by_cell.values() for i in range(0, len(keys), per)]
+        cell = (root, d, m, rho, tuple(sorted(TRIALS[key], reverse=True)))
+        by_cell.setdefault(cell, {}).setdefault(scheme, []).append(key)
+    jobs = []
+    for by_scheme in by_cell.values():
+        seed_lists = {tuple(k[4] for k in keys) for keys in by_scheme.values()}
+        if TRAIN["merge_schemes"] and len(by_scheme) > 1 and len(seed_lists) == 1:
+            n = len(next(iter(seed_lists)))
+            jobs += [[k for keys in by_scheme.values() for k in keys[i:i + per]] for i in range(0, n, per)]
+        else:
+            jobs += [keys[i:i + per] for keys in by_scheme.values() for i in range(0, len(keys), per)]
+    return jobs
 
 
 def job_name(keys):
-    """Rule name of a training job: trial_name of a single trial, else with all its seeds,
-    e.g. train_centred_d16_m200_seeds0_1_2."""
+    """Rule name of a training job: trial_name of a single trial, else with all its schemes and
+    seeds, e.g. train_centred_d16_m200_seeds0_1_2, train_centred_uncentred_d16_m200_seed0."""
     if len(keys) == 1:
         return trial_name(keys[0])
-    return trial_name(keys[0]).rsplit("_seed", 1)[0] + "_seeds" + "_".join(str(k[4]) for k in keys)
+    root, _, d, m, _, _ = keys[0]
+    schemes = list(dict.fromkeys(k[1] for k in keys))
+    seeds = list(dict.fromkeys(k[4] for k in keys))
+    part = f"seed{seeds[0]}" if len(seeds) == 1 else "seeds" + "_".join(map(str, seeds))
+    return _rule_slug(root, schemes, d, m, part)
 
 
 def trial_name(key):
     """Rule name of a trial's training job, e.g. train_centred_d16_m200_seed0."""
     root, scheme, d, m, seed, _rho = key
+    return _rule_slug(root, [scheme], d, m, f"seed{seed}")
+
+
+def _rule_slug(root, schemes, d, m, seeds_part):
     prefix = "" if root == RUNS else f"_{Path(root).name}"
-    slug = f"train{prefix}_{scheme}_d{d}_m{m}_seed{seed}"
+    slug = f"train{prefix}_{'_'.join(schemes)}_d{d}_m{m}_{seeds_part}"
     return "".join(c if c.isalnum() or c == "_" else "_" for c in slug)
 
 

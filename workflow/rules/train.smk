@@ -1,11 +1,12 @@
 # One training job per trial (scheme, d, m, seed), or per train.seeds_per_job trials of the same
-# (scheme, d, m, λ set): all their runs train as one batch and the job writes every run's
-# .json/.npz (docs/workflow.md says why a job is a trial).
+# (scheme, d, m, λ set) — with train.merge_schemes, of every scheme of the (d, m, λ set) — : all
+# their runs train as one batch and the job writes every run's .json/.npz (docs/workflow.md says
+# why a job is a trial).
 # Included last by the Snakefile, after every family has registered its runs (request_runs).
 
 
 for _keys in training_jobs():
-    _root, _scheme, _d, _m, _seed, _rho = _keys[0]
+    _root, _, _d, _m, _, _rho = _keys[0]
     _exps = sorted(TRIALS[_keys[0]], reverse=True)
 
     rule:
@@ -17,10 +18,10 @@ for _keys in training_jobs():
             f"{LOGS}/train/{job_name(_keys)}.log",
         params:
             root=lambda wc, output: runs_root_of(output),
-            scheme=_scheme,
+            scheme=" ".join(dict.fromkeys(k[1] for k in _keys)),
             d=_d,
             m=_m,
-            seed=" ".join(str(k[4]) for k in _keys),
+            seed=" ".join(str(s) for s in dict.fromkeys(k[4] for k in _keys)),
             exps=" ".join(str(e) for e in _exps),
             rho="" if _rho is None else f"--rho {_rho!r}",
             max_iters=TRAIN["max_iters"],
