@@ -363,3 +363,28 @@ def test_fast_path_resume_bit_identical_after_neurons_die(tmp_path, monkeypatch,
     assert "resumed from checkpoint" in capsys.readouterr().err
     _assert_identical(_load_runs(tmp_path / "killed"), _load_runs(tmp_path / "ref"))
     assert counters.get("group_neurons", 0) > 0  # late chunks went through the grouped stepper
+
+
+def test_two_schemes_in_one_job_resume_bit_identical(tmp_path, monkeypatch, capsys, one_thread):
+    """A job of both schemes (train.merge_schemes) killed after some runs finished: its checkpoint
+    (beside the first scheme's trials, named by both schemes' runs) resumes it bit for bit."""
+    schemes = ["centred", "uncentred"]
+
+    def train_both(root, cfg):
+        return train_trials(root, schemes, JOB["d"], JOB["m"], JOB["seeds"], JOB["lambda_exps"], cfg, progress=False)
+
+    train_both(tmp_path / "ref", _cfg(checkpoint_every_s=1e9))
+    ref = _load_runs(tmp_path / "ref")
+    assert {k.split("/")[0] for k in ref} == set(schemes) and len(ref) == 8
+    root = tmp_path / "killed"
+    with monkeypatch.context() as mp:
+        _kill_after_checkpoint(mp, lambda st: len(st["finished"]) > 0)
+        with pytest.raises(_Killed):
+            train_both(root, _cfg())
+    ck = checkpoint_path(root, schemes, JOB["d"], JOB["m"], JOB["seeds"], JOB["lambda_exps"])
+    assert ck.exists() and ck.parent == root / "centred" / "d4" / "m10" and ck != _ck(root)
+    capsys.readouterr()
+    train_both(root, _cfg())
+    assert "resumed from checkpoint" in capsys.readouterr().err
+    assert not ck.exists()
+    _assert_identical(_load_runs(root), ref)
