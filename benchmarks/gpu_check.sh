@@ -12,9 +12,9 @@
 #      end through engine.train, d = 1024 16 64 (5 trials x 16 lambda, m = 200);
 #   5. real-job slices (slices.json): `python -m shallowrelu train` of every (d, m) of the paper's
 #      Figs 7 + 8 grid (5 trials x 16 lambda, cap 2e7, centred), each stopped by SIGTERM after
-#      SLICE_S seconds, then, while time is left, a paper-size two-teacher job (d = 16, m = 25,
-#      5 seeds, one rho) with the default and the fused step, and FUSED_DIMS (default 16) again with
-#      SHALLOWRELU_CUDA_STEP=fused, MERGED_DIMS (default 16) with both schemes in one batch (160 runs,
+#      SLICE_S seconds, then, while time is left, FUSED_DIMS (default 16) again with
+#      SHALLOWRELU_CUDA_STEP=fused, a paper-size two-teacher job (d = 16, m = 25, 5 seeds, one rho)
+#      with the default and the fused step, MERGED_DIMS (default 16) with both schemes in one batch (160 runs,
 #      train.merge_schemes), then TOGETHER (default 4) copies of the d = 16 job at once (the GPU
 #      profile's jobs sharing the device); the iteration each reached, from which
 #      benchmarks/project_grid.py projects the grid's and the two-teacher sweep's wall time and

@@ -5,10 +5,10 @@ For every (d, m) of the grid, ``python -m shallowrelu train`` of 5 centred trial
 then writes a checkpoint at the next logging point and exits). Recorded per job: wall time, the
 iteration reached, the runs finished (their summaries' iterations) and still training, the
 run-iterations done, and the last progress lines. Usable on the CPU too (``--device cpu``).
-After the grid's slices, where time is left: a paper-size two-teacher job (Appendix I: d = 16,
-m = 25, 5 seeds at one rho, cap 2e7) with each step of ``--two-teacher``, then the grid's jobs at
-``--fused-dims`` with the fused Triton step (SHALLOWRELU_CUDA_STEP=fused, steppers/fused.py),
-recorded with ``"step": "fused"``, then the jobs at ``--merged-dims`` with both schemes in one
+After the grid's slices, where time is left: the grid's jobs at ``--fused-dims`` with the fused
+Triton step (SHALLOWRELU_CUDA_STEP=fused, steppers/fused.py), recorded with ``"step": "fused"``,
+then a paper-size two-teacher job (Appendix I: d = 16, m = 25, 5 seeds at one rho, cap 2e7) with
+each step of ``--two-teacher``, then the jobs at ``--merged-dims`` with both schemes in one
 batch (``--scheme centred uncentred``, 160 runs: train.merge_schemes), then ``--together`` copies
 of the d = 16 job at once (the GPU profile's several jobs sharing the device), recorded with
 ``"together"``.
@@ -124,12 +124,15 @@ def main() -> int:
         ap.error(f"--together must be 0 or at least 2, got {args.together}")
     rows = []
     tt = {k: v for k, v in TWO_TEACHER.items() if k not in ("d", "m")}
+    # in order of need: the grid (the projection), the fused step (the real job's small-d rate), the
+    # two-teacher job (its sweep's projection), then the profile's choices (both schemes in a batch,
+    # jobs sharing the device); what the deadline leaves out is printed
     jobs = ([(d, m, "graphs", {}) for d, m in CONFIGS]
+            + [(d, m, "fused", {}) for d, m in CONFIGS if d in args.fused_dims]
             + [(TWO_TEACHER["d"], TWO_TEACHER["m"], step, tt) for step in args.two_teacher]
-            + [(d, m, "fused", {}) for d, m in CONFIGS if d in args.fused_dims])
-    jobs += [(d, m, "graphs", {"scheme": "centred uncentred", "runs": 160}) for d, m in CONFIGS
-             if d in args.merged_dims]
-    jobs += [(16, 200, "together", {})] if args.together else []  # the launch-bound job
+            + [(d, m, "graphs", {"scheme": "centred uncentred", "runs": 160}) for d, m in CONFIGS
+               if d in args.merged_dims]
+            + ([(16, 200, "together", {})] if args.together else []))  # the launch-bound job
     for d, m, step, extra in jobs:
         if args.deadline and time.time() + args.seconds + 30 > args.deadline:
             print(f"no time left for d={d} m={m} ({step})", flush=True)
