@@ -15,8 +15,8 @@
 #      SLICE_S seconds, then, while time is left, FUSED_DIMS (default 16) again with
 #      SHALLOWRELU_CUDA_STEP=fused, a paper-size two-teacher job (d = 16, m = 25, 5 seeds, one rho)
 #      with the default and the fused step, MERGED_DIMS (default 16) with both schemes in one batch (160 runs,
-#      train.merge_schemes), then TOGETHER (default 4) copies of the d = 16 job at once (the GPU
-#      profile's jobs sharing the device); the iteration each reached, from which
+#      train.merge_schemes), then TOGETHER (default 4) copies of the d = 16 job at once, in one
+#      train-jobs process (train.jobs_per_process, the GPU profile's) and as separate processes; the iteration each reached, from which
 #      benchmarks/project_grid.py projects the grid's and the two-teacher sweep's wall time and
 #      prints the gain of sharing.
 # Steps 2-4 are bounded by timeouts (80 + 100 + 75 + 200 s); the slices by BUDGET_S (default 520 s

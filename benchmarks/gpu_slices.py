@@ -10,8 +10,8 @@ Triton step (SHALLOWRELU_CUDA_STEP=fused, steppers/fused.py), recorded with ``"s
 then a paper-size two-teacher job (Appendix I: d = 16, m = 25, 5 seeds at one rho, cap 2e7) with
 each step of ``--two-teacher``, then the jobs at ``--merged-dims`` with both schemes in one
 batch (``--scheme centred uncentred``, 160 runs: train.merge_schemes), then ``--together`` copies
-of the d = 16 job at once (the GPU profile's several jobs sharing the device), recorded with
-``"together"``.
+of the d = 16 job at once (the GPU profile's several jobs sharing the device), first in one ``train-jobs`` process
+(train.jobs_per_process), then as separate processes, recorded with ``"together"``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import glob
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -33,20 +34,32 @@ CONFIGS = [(4, 200), (16, 200), (64, 200), (256, 200), (1024, 200), (1024, 25), 
 TWO_TEACHER = {"scheme": "two-teacher-centred", "d": 16, "m": 25, "lambda_exps": "-7", "runs": 5}  # rho: its own
 
 
+def _job_args(d: int, m: int, device: str, out: str, scheme: str, lambda_exps: str, rho: str | None) -> list[str]:
+    return (["--scheme", *scheme.split(), "--d", str(d), "--m", str(m), "--seeds", "0", "1", "2", "3", "4",
+             "--lambda-exps", lambda_exps, "--max-iters", "20000000", "--device", device, "--checkpoint-every", "1e9",
+             "--out", out] + (["--rho", rho] if rho else []))
+
+
 def start_job(d: int, m: int, device: str, work: str, step: str = "graphs", scheme: str = "centred",
-              lambda_exps: str = "2..-13", rho: str | None = None, runs: int = 80, tag: str = "") -> dict:
+              lambda_exps: str = "2..-13", rho: str | None = None, runs: int = 80, tag: str = "",
+              in_process: int = 0) -> dict:
     """Start ``python -m shallowrelu train`` of one job (its output in ``work``, its log beside it);
-    ``scheme`` may name several, separated by spaces (one batch of ``runs`` for all)."""
+    ``scheme`` may name several, separated by spaces (one batch of ``runs`` for all). With
+    ``in_process`` = K: K copies of the job (each its own output) in one ``train-jobs`` process."""
     out = f"{work}/{scheme.replace(' ', '+')}_d{d}_m{m}_{step}{tag}"
     os.makedirs(work, exist_ok=True)
-    cmd = [sys.executable, "-m", "shallowrelu", "train", "--scheme", *scheme.split(), "--d", str(d), "--m", str(m),
-           "--seeds", "0", "1", "2", "3", "4", "--lambda-exps", lambda_exps, "--max-iters", "20000000",
-           "--device", device, "--checkpoint-every", "1e9", "--out", out] + (["--rho", rho] if rho else [])
+    outs = [f"{out}/copy{i}" for i in range(in_process)] if in_process else [out]
+    head = [sys.executable, "-m", "shallowrelu"]
+    if in_process:
+        cmd = head + ["train-jobs"] + [a for o in outs for a in ("--job", shlex.join(
+            _job_args(d, m, device, o, scheme, lambda_exps, rho)))]
+    else:
+        cmd = head + ["train"] + _job_args(d, m, device, out, scheme, lambda_exps, rho)
     env = dict(os.environ, SHALLOWRELU_PROGRESS_S="5", SHALLOWRELU_CUDA_STEP=step)
     log = open(f"{out}.log", "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
-    return {"proc": proc, "log": log, "out": out, "t0": time.monotonic(),
-            "row": {"d": d, "m": m, "scheme": scheme, "runs": runs, "step": step, "device": device}}
+    return {"proc": proc, "log": log, "out": out, "outs": outs, "t0": time.monotonic(),
+            "row": {"d": d, "m": m, "scheme": scheme, "runs": runs * len(outs), "step": step, "device": device}}
 
 
 def stop_jobs(jobs: list[dict], seconds: float) -> list[dict]:
@@ -79,15 +92,26 @@ def stop_jobs(jobs: list[dict], seconds: float) -> list[dict]:
 
 
 def _record(job: dict, text: str, wall: float) -> dict:
-    out, runs = job["out"], job["row"]["runs"]
+    """The job's record from its log and files. Copies in one process (several outputs): the
+    iterations their checkpoints name, one per copy in order (the copies are the same job, so
+    which is which matters little), and no progress lines (theirs are interleaved)."""
+    outs = job["outs"]
+    per = job["row"]["runs"] // len(outs)
     reached = [int(x.replace(",", "")) for x in re.findall(r"checkpoint written at iteration ([\d,]+)", text)]
     progress = [(float(sec), int(it.replace(",", "")), int(tr)) for it, tr, sec in
                 re.findall(r"iteration ([\d,]+)/[\d,]+ .*?(\d+) runs training, \d+ done, ([\d.]+) s", text)]
-    t = reached[-1] if reached else (progress[-1][1] if progress else 0)
-    finished = [json.load(open(p))["iterations"] for p in glob.glob(f"{out}/**/lam*.json", recursive=True)]
-    training = runs - len(finished)
-    return {**job["row"], "wall_s": wall, "iteration_reached": t, "runs_finished": len(finished),
-            "runs_training": training, "run_iterations": sum(finished) + training * t,
+    if len(outs) > 1:
+        progress = []
+    last = reached[-1] if reached else (progress[-1][1] if progress else 0)
+    ts = reached[-len(outs):] if len(reached) >= len(outs) else [last] * len(outs)
+    finished, training, run_iterations = 0, 0, 0
+    for out, t in zip(outs, ts):
+        done = [json.load(open(p))["iterations"] for p in glob.glob(f"{out}/**/lam*.json", recursive=True)]
+        finished += len(done)
+        training += per - len(done)
+        run_iterations += sum(done) + (per - len(done)) * t
+    return {**job["row"], "wall_s": wall, "iteration_reached": round(sum(ts) / len(ts)), "runs_finished": finished,
+            "runs_training": training, "run_iterations": run_iterations,
             "progress": progress, "returncode": job["proc"].returncode, "tail": text.strip().splitlines()[-4:]}
 
 
@@ -96,10 +120,15 @@ def slice_job(d: int, m: int, device: str, seconds: float, work: str, step: str 
     return stop_jobs([start_job(d, m, device, work, step, **kw)], seconds)[0]
 
 
-def together(d: int, m: int, device: str, seconds: float, work: str, copies: int, **kw) -> list[dict]:
-    """``copies`` copies of the (d, m) job at once (as the GPU profile's gpu=4 runs them), each
-    recorded with ``"together": copies``: their summed rate against the job alone says how many
-    jobs sharing the device pay."""
+def together(d: int, m: int, device: str, seconds: float, work: str, copies: int, in_process: bool = False,
+             **kw) -> list[dict]:
+    """``copies`` copies of the (d, m) job at once, each recorded with ``"together": copies``: as
+    separate processes (what --resources gpu=K runs), or in one ``train-jobs`` process
+    (``in_process``: train.jobs_per_process; one record for all, ``"in_process": true``). Their
+    summed rate against the job alone says what sharing the device gains."""
+    if in_process:
+        (row,) = stop_jobs([start_job(d, m, device, work, tag="_threads", in_process=copies, **kw)], seconds)
+        return [dict(row, together=copies, in_process=True)]
     jobs = [start_job(d, m, device, work, tag=f"_copy{i}", **kw) for i in range(copies)]
     return [dict(r, together=copies) for r in stop_jobs(jobs, seconds)]
 
@@ -132,17 +161,19 @@ def main() -> int:
             + [(TWO_TEACHER["d"], TWO_TEACHER["m"], step, tt) for step in args.two_teacher]
             + [(d, m, "graphs", {"scheme": "centred uncentred", "runs": 160}) for d, m in CONFIGS
                if d in args.merged_dims]
-            + ([(16, 200, "together", {})] if args.together else []))  # the launch-bound job
+            + ([(16, 200, "together", {"in_process": True}), (16, 200, "together", {})]
+               if args.together else []))  # the launch-bound job: in one process (the profile's), then apart
     for d, m, step, extra in jobs:
         if args.deadline and time.time() + args.seconds + 30 > args.deadline:
             print(f"no time left for d={d} m={m} ({step})", flush=True)
             break
         if step == "together":
-            new = together(d, m, args.device, args.seconds, args.work, args.together)
+            new = together(d, m, args.device, args.seconds, args.work, args.together, **extra)
         else:
             new = [slice_job(d, m, args.device, args.seconds, args.work, step, **extra)]
         for r in new:
-            print(f"{r['scheme']} d={d} m={m} ({r['step']}{', together' if 'together' in r else ''}): iteration "
+            how = ", in one process" if r.get("in_process") else (", together" if "together" in r else "")
+            print(f"{r['scheme']} d={d} m={m} ({r['step']}{how}): iteration "
                   f"{r['iteration_reached']:,} in {r['wall_s']:.0f} s, {r['runs_finished']} runs done, "
                   f"{r['run_iterations']:,} run-iterations", flush=True)
         rows += new

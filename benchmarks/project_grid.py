@@ -13,7 +13,8 @@ both steps, the total takes the faster projection.
 A paper-size two-teacher slice is projected apart: its job to the cap at its last rate, times
 the paper's 54 jobs. Copies of one job run at once (``"together"``: the GPU profile's jobs sharing
 the device) are not projected: their summed run-iterations/s against the same job alone is
-printed, the measured gain of sharing; likewise a job of both schemes in one batch
+printed (copies in one train-jobs process apart from copies as processes), the measured gain of
+sharing; likewise a job of both schemes in one batch
 (train.merge_schemes) against one scheme's job alone. Usage: python benchmarks/project_grid.py slices.json [bench.json]
 """
 
@@ -108,10 +109,11 @@ def sharing_gains(slices: list[dict]) -> list[str]:
                 and s.get("step", "graphs") == "graphs" and s.get("scheme", "centred") == "centred"]
 
     lines = []
-    copies = [s for s in slices if s.get("together")]
-    if copies:
-        d, m, k = copies[0]["d"], copies[0]["m"], copies[0]["together"]
-        lines.append(_versus(f"{k} copies of the d={d} m={m} job at once, together:", copies, alone(d, m)))
+    for in_process, how in ((True, "in one process (train-jobs)"), (False, "as separate processes")):
+        copies = [s for s in slices if s.get("together") and bool(s.get("in_process")) == in_process]
+        if copies:
+            d, m, k = copies[0]["d"], copies[0]["m"], copies[0]["together"]
+            lines.append(_versus(f"{k} copies of the d={d} m={m} job at once, {how}:", copies, alone(d, m)))
     for s in slices:
         if _merged(s):
             lines.append(_versus(f"d={s['d']} m={s['m']}, {s['scheme']} in one batch of {s['runs']} runs:",

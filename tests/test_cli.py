@@ -129,3 +129,38 @@ def test_two_schemes_in_one_batch_write_what_two_jobs_write(tmp_path):
     for rel in (p for p in one if p.suffix == ".json"):
         sa, sb = (json.loads((tmp_path / r / rel).read_text()) for r in ("one", "two"))
         assert (sa["iterations"], sa["stop_reason"]) == (sb["iterations"], sb["stop_reason"]), rel
+
+
+JOB_ARGS = "--d 4 --m 6 --seeds 0 1 --lambda-exps 0 -4 --max-iters 400 --n-log 10 --quiet --engine reference"
+
+
+def test_jobs_in_one_process_write_what_separate_jobs_write(tmp_path):
+    """``train-jobs``: two jobs (different d, one of them both schemes) side by side in threads
+    write the same files as the jobs one after another (the reference engine: bit for bit)."""
+    jobs = [f"--scheme centred uncentred {JOB_ARGS}", f"--scheme centred {JOB_ARGS.replace('--d 4', '--d 5')}"]
+    one = [a for j in jobs for a in ("--job", f"{j} --out {tmp_path / 'one'}")]
+    assert main(["train-jobs", "--threads", "1", *one]) == 0
+    for j in jobs:
+        assert main(["train", *j.split(), "--out", str(tmp_path / "two")]) == 0
+    one = sorted(p.relative_to(tmp_path / "one") for p in (tmp_path / "one").rglob("*") if p.is_file())
+    two = sorted(p.relative_to(tmp_path / "two") for p in (tmp_path / "two").rglob("*") if p.is_file())
+    assert one == two and len([p for p in one if p.suffix == ".json"]) == 8 + 4
+    for rel in (p for p in one if p.suffix == ".npz" and p.name != "trial.npz"):
+        with np.load(tmp_path / "one" / rel) as a, np.load(tmp_path / "two" / rel) as b:
+            assert np.array_equal(a["W_final"], b["W_final"]) and np.array_equal(a["a_final"], b["a_final"]), rel
+
+
+@pytest.mark.parametrize(("jobs", "message"), [
+    ([f"--scheme centred {JOB_ARGS}", f"--scheme uncentred centred {JOB_ARGS}"],
+     "both train centred d=4 m=6 seed=0"),
+    ([f"--scheme centred {JOB_ARGS} --threads 2"], "--threads belongs to train-jobs, not to a job"),
+    ([f"--scheme centred {JOB_ARGS} --d 1"], "d must be an integer >= 2, got 1"),
+    ([f"--scheme centred {JOB_ARGS} --bogus"], "bad --job"),
+])
+def test_bad_job_lists_are_named_before_any_work(tmp_path, capsys, jobs, message):
+    out = tmp_path / "o"
+    with pytest.raises(SystemExit) as exc:
+        main(["train-jobs"] + [a for j in jobs for a in ("--job", f"{j} --out {out}")])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()

@@ -388,3 +388,38 @@ def test_two_schemes_in_one_job_resume_bit_identical(tmp_path, monkeypatch, caps
     assert "resumed from checkpoint" in capsys.readouterr().err
     assert not ck.exists()
     _assert_identical(_load_runs(root), ref)
+
+
+def test_jobs_in_one_process_stop_together_on_sigterm_and_resume(tmp_path, reference, one_thread):
+    """``train-jobs`` with two jobs (this module's job and its uncentred twin) in threads: one
+    SIGTERM makes both write their checkpoints and the process exit with status 143; the same
+    command resumes both, and every file matches the uninterrupted jobs bit for bit."""
+    _, ref = reference
+    twin = dict(JOB, scheme="uncentred")
+    train_trials(tmp_path / "twin_ref", twin["scheme"], twin["d"], twin["m"], twin["seeds"], twin["lambda_exps"],
+                 _cfg(checkpoint_every_s=1e9), progress=False)
+    ref_twin = _load_runs(tmp_path / "twin_ref")
+    root = tmp_path / "jobs"
+
+    def job(scheme: str) -> str:
+        return (f"--scheme {scheme} --d {JOB['d']} --m {JOB['m']} --seeds {' '.join(map(str, JOB['seeds']))} "
+                f"--lambda-exps {' '.join(map(str, JOB['lambda_exps']))} --max-iters {MAX_ITERS} --n-log {N_LOG} "
+                f"--device cpu --checkpoint-every 1e9 --out {root}")
+
+    cmd = [sys.executable, "-m", "shallowrelu", "train-jobs", "--threads", "1",
+           "--job", job("centred"), "--job", job("uncentred")]
+    proc = _start_and_wait(cmd, lambda: bool(_json_files(root)))
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert err.count("signal 15 received: checkpoint written") == 2, err
+    cks = [checkpoint_path(root, sc, JOB["d"], JOB["m"], JOB["seeds"], JOB["lambda_exps"])
+           for sc in ("centred", "uncentred")]
+    assert all(ck.exists() for ck in cks)
+    rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert rerun.stderr.count("resumed from checkpoint") == 2, rerun.stderr
+    assert not any(ck.exists() for ck in cks)
+    got = _load_runs(root)
+    _assert_identical({k: v for k, v in got.items() if k.startswith("centred/")}, ref)
+    _assert_identical({k: v for k, v in got.items() if k.startswith("uncentred/")}, ref_twin)

@@ -138,17 +138,40 @@ def test_merge_schemes_shares_jobs_and_declares_the_same_runs(tmp_path):
     assert "--scheme centred uncentred --d 4 --m 200 --seeds 0 1 2 3 4 " in res.stdout
 
 
-def test_gpu_profile_runs_the_paper_grid_as_seven_jobs(tmp_path):
+def test_gpu_profile_runs_the_paper_grid_in_one_process(tmp_path):
     """profiles/gpu with the paper's config: one job of both schemes (160 runs) per (d, m) of
-    Figs 7 + 8, on CUDA, at the paper's cap; four such jobs may share the device."""
+    Figs 7 + 8, on CUDA, at the paper's cap, all seven in one train-jobs process; the
+    two-teacher sweep's jobs eight to a process."""
     res = snakemake(tmp_path, "-n", "-p", "--profile", str(REPO / "profiles" / "gpu"), configfile="config/paper.yaml")
     assert res.returncode == 0, res.stderr[-2000:]
     counts = job_counts(res.stdout)
-    grid = [k for k in counts if re.fullmatch(r"train_centred_uncentred_d\d+_m\d+_seeds0_1_2_3_4", k)]
-    assert len(grid) == 7 and not any(re.fullmatch(r"train_(centred|uncentred)_d\d+_m\d+_seeds.*", k) for k in counts)
-    cmds = [c for c in res.stdout.splitlines() if "--scheme centred uncentred" in c]
-    assert len(cmds) == 7 and all("--device cuda" in c and "--max-iters 20000000" in c for c in cmds)
+    assert not any(re.fullmatch(r"train_(centred|uncentred)_d\d+_m\d+_seeds.*", k) for k in counts)
+    (grid_cmd,) = [c for c in res.stdout.splitlines() if "train-jobs" in c and "--d 1024 --m 25 " in c]
+    jobs = grid_cmd.split("--job ")[1:]
+    assert len(jobs) == 8 and sum("--scheme centred uncentred" in j for j in jobs) == 7
+    assert all("--device cuda" in j and "--max-iters 20000000" in j for j in jobs)
+    tt = [c for c in res.stdout.splitlines() if "train-jobs" in c and "two-teacher" in c]
+    assert len(tt) == 7 and sum(c.count("--job ") for c in tt) == 54 + 1  # + Example 31's job
     assert "gpu=1" in res.stdout
+
+
+def test_jobs_per_process_trains_through_train_jobs(tmp_path):
+    """train.jobs_per_process = 3 (with both schemes per job) on the tiny config: the training
+    jobs share processes (`train-jobs`), which write every run the separate jobs would."""
+    cfg = [*OTHERS_OFF, 'train={"jobs_per_process": 3, "merge_schemes": true}']
+    res = snakemake(tmp_path, "-n", configfile="config/tiny.yaml", config=cfg)
+    assert res.returncode == 0, res.stderr[-2000:]
+    procs = [k for k in job_counts(res.stdout) if k.startswith("train_") and "_with_" in k]
+    assert procs and any("_centred_uncentred_" in k for k in procs)
+    res = snakemake(tmp_path, "--cores", "2", *procs, configfile="config/tiny.yaml", config=cfg)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+    tiny = yaml.safe_load((REPO / "config" / "tiny.yaml").read_text())
+    root = tmp_path / tiny["results_dir"]
+    for (s, d, m, seed), exps in expected_trials(tiny).items():
+        tdir = root / "runs" / s / f"d{d}" / f"m{m}" / f"seed{seed}"
+        assert len(list(tdir.glob("lam*.json"))) == len(exps), tdir
+    logs = [(root / "logs" / "train" / f"{k}.log").read_text() for k in procs]
+    assert all(text.count("runs ready under") >= 2 for text in logs)  # one line per job of the process
 
 
 def test_named_targets_and_gpu_resource(tmp_path):

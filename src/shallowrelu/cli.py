@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .datasets import SCHEMES, check_scheme, check_sizes
-from .engine import ACTIVE_RULES, TrainConfig
+from .engine import ACTIVE_RULES, TrainConfig, resolve_device
 from .io import check_writable_dir
 from .model import LOSS_CONVENTIONS
 
@@ -42,6 +42,23 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         description="Train all (seed, λ) runs of one scheme, dimension and width as one batched "
         "computation and write one .npz + .json per run (and trial.npz per seed) under --out.",
     )
+    _train_arguments(p)
+    j = sub.add_parser(
+        "train-jobs",
+        help="several train jobs in one process, side by side",
+        description="Run several `train` jobs at once in one process, one thread each (on a GPU each "
+        "on its own CUDA stream, so that the small jobs' kernels run side by side instead of taking "
+        "turns as separate processes do). Every job is checked before any starts; SIGTERM or Ctrl-C "
+        "makes every job write its checkpoint and stop (rerun the same command to resume).",
+    )
+    j.add_argument("--job", action="append", required=True, metavar="ARGS",
+                   help="the arguments of one train command, quoted, e.g. \"--scheme centred uncentred --d 16 "
+                        "--m 200 --seeds 0 1 2 3 4 --lambda-exps 2..-13 --out results/runs --device cuda\" "
+                        "(repeat --job for each; all on one device)")
+    j.add_argument("--threads", type=int, default=None, help="torch CPU threads of the process")
+
+
+def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scheme", required=True, nargs="+",
                    help=f"dataset scheme: {', '.join(SCHEMES)}; several (distinct) train as one batch, each "
                         "scheme's runs written as in a job of its own (e.g. both schemes of a grid cell on a GPU)")
@@ -81,11 +98,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress output")
 
 
-def _cmd_train(args: argparse.Namespace) -> int:
-    import torch
-
-    from .runs import train_trials
-
+def _checked_job(args: argparse.Namespace) -> tuple[TrainConfig, list[int]]:
+    """The settings of one train job, every value checked before any work."""
     for scheme in args.scheme:
         check_scheme(scheme)
     if len(set(args.scheme)) != len(args.scheme):
@@ -101,13 +115,62 @@ def _cmd_train(args: argparse.Namespace) -> int:
                       max_iters=args.max_iters, n_log=args.n_log, device=args.device, dtype=args.dtype,
                       active_rule=args.active_rule, checkpoint_every_s=args.checkpoint_every,
                       engine=args.engine, stable_phase=args.stable_phase).validate()
-    check_writable_dir(args.out)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    return cfg, exps
+
+
+def _train_job(args: argparse.Namespace, cfg: TrainConfig, exps: list[int]) -> None:
+    from .runs import train_trials
+
     stems = train_trials(args.out, args.scheme, args.d, args.m, args.seeds, exps, cfg, rho=args.rho,
                          progress=not args.quiet, force=args.force)
     if not args.quiet:
         print(f"{len(stems)} runs ready under {args.out}", file=sys.stderr)
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    import torch
+
+    cfg, exps = _checked_job(args)
+    check_writable_dir(args.out)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    _train_job(args, cfg, exps)
+    return 0
+
+
+def _cmd_train_jobs(args: argparse.Namespace) -> int:
+    import shlex
+
+    import torch
+
+    from .runs import train_jobs_concurrently
+
+    parser = argparse.ArgumentParser(prog="python -m shallowrelu train-jobs --job", add_help=False)
+    _train_arguments(parser)
+    jobs, seen = [], {}
+    for text in args.job:
+        try:
+            job = parser.parse_args(shlex.split(text))
+        except SystemExit:  # argparse named the problem on stderr
+            raise ValueError(f"bad --job {text!r}") from None
+        if job.threads is not None:
+            raise ValueError(f"--threads belongs to train-jobs, not to a job: {text!r}")
+        for sc in job.scheme:  # no two jobs may write the same runs
+            for seed in job.seeds:
+                trial = (str(Path(job.out).resolve()), sc, job.d, job.m, seed)
+                if trial in seen:
+                    raise ValueError(f"the jobs {seen[trial]!r} and {text!r} both train {sc} d={job.d} "
+                                     f"m={job.m} seed={seed} under {job.out}")
+                seen[trial] = text
+        jobs.append((job, *_checked_job(job)))
+    devices = {str(resolve_device(cfg.device)) for _, cfg, _ in jobs}
+    if len(devices) > 1:
+        raise ValueError(f"the jobs of one process share one device, got {sorted(devices)}")
+    for job, _, _ in jobs:
+        check_writable_dir(job.out)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    train_jobs_concurrently([lambda j=j: _train_job(*j) for j in jobs], devices.pop())
     return 0
 
 
@@ -122,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMANDS = {"train": _cmd_train}
+COMMANDS = {"train": _cmd_train, "train-jobs": _cmd_train_jobs}
 
 # Modules that add subcommands: each defines ``add_parser(subparsers)`` (registering one
 # subcommand whose name is its ``COMMAND`` attribute) and ``run(args) -> int``.

@@ -228,13 +228,37 @@ class TrainingInterrupted(SystemExit):
     logging point and the job stops with exit status 128 + signal; rerunning it resumes."""
 
 
+_WORKER_SIGNALS: list[int] | None = None  # set by shared_sigterm(): SIGTERMs for jobs in worker threads
+
+
+@contextmanager
+def shared_sigterm():
+    """Main thread of a process that trains jobs in worker threads (runs.train_jobs_concurrently):
+    SIGTERM is recorded for every job's engine, each writes its checkpoint at its next logging
+    point and raises TrainingInterrupted in its thread."""
+    global _WORKER_SIGNALS
+    received: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
+    _WORKER_SIGNALS = received
+    try:
+        yield received
+    finally:
+        _WORKER_SIGNALS = None
+        signal.signal(signal.SIGTERM, previous)
+
+
 @contextmanager
 def _sigterm_flag(enabled: bool):
     """While training with a checkpoint, turn SIGTERM into a flag read at logging points.
 
     The handler only records the signal, so the batch is never saved mid-step. Outside the
-    main thread (signal handlers can't be set there) or without a checkpoint nothing changes.
+    main thread (signal handlers can't be set there) the flag is the one of shared_sigterm()
+    where the main thread holds one; otherwise, or without a checkpoint, nothing changes.
     """
+    if enabled and threading.current_thread() is not threading.main_thread() and _WORKER_SIGNALS is not None:
+        shared = _WORKER_SIGNALS
+        yield lambda: shared[0] if shared else None
+        return
     if not enabled or threading.current_thread() is not threading.main_thread():
         yield lambda: None
         return
@@ -503,5 +527,5 @@ def lambda_from_exp(exp: int, base: float = 4.0) -> float:
     return lam
 
 
-__all__ = ["TrainConfig", "RunSpec", "RunResult", "TrainingInterrupted", "train", "resolve_device",
+__all__ = ["TrainConfig", "RunSpec", "RunResult", "TrainingInterrupted", "train", "resolve_device", "shared_sigterm",
            "lambda_from_exp", "final_step"]

@@ -7,23 +7,36 @@ summary already exists with the same settings is not retrained; the batch's chec
 killed job resume. A run whose ``.json`` or ``.npz`` is unreadable (truncated, corrupted) is not
 current: it is retrained, with a warning naming the file; an unreadable ``trial.npz`` is
 rewritten (it is made from the scheme, d, m, seed and ρ alone). A run that stops as
-``diverged`` or ``dead`` is written like any other, with a one-line warning.
+``diverged`` or ``dead`` is written like any other, with a one-line warning. Several jobs may
+share one process (:func:`train_jobs_concurrently`: one thread each, on a GPU one CUDA stream
+each, so that their kernels run side by side).
 """
 
 from __future__ import annotations
 
 import hashlib
+import signal
 import sys
+import threading
 import time
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
 from .datasets import Trial, make_trial
-from .engine import RunResult, RunSpec, TrainConfig, lambda_from_exp, train
+from .engine import (
+    RunResult,
+    RunSpec,
+    TrainConfig,
+    TrainingInterrupted,
+    lambda_from_exp,
+    resolve_device,
+    shared_sigterm,
+    train,
+)
 from .io import NPZ_ERRORS, atomic_save_npz, atomic_write_json, provenance, read_json, run_stem, trial_dir
 
 SUMMARY_VERSION = 1
@@ -220,3 +233,45 @@ def train_trials(
         print(f"[{label} d={d} m={m}] {len(specs)} runs trained in {time.monotonic() - start:.1f} s",
               file=sys.stderr)
     return stems
+
+
+def train_jobs_concurrently(jobs: Sequence[Callable[[], object]], device: str) -> None:
+    """Run training jobs (callables, e.g. :func:`train_trials` calls) side by side, one thread
+    each; on CUDA each on its own stream. Kernels of different processes only time-slice on a
+    GPU (without MPS), kernels of one process's streams run concurrently: small-d jobs, each
+    bound by launch latency, then share the device instead of taking turns. SIGTERM (and
+    Ctrl-C) reach every job (engine.shared_sigterm): each writes its checkpoint at its next
+    logging point and stops; once all have ended, the first error, else TrainingInterrupted,
+    is raised here."""
+    import torch
+
+    dev = resolve_device(device)
+    errors: list[BaseException | None] = [None] * len(jobs)
+
+    def work(i: int) -> None:
+        try:
+            if dev.type == "cuda":
+                with torch.cuda.device(dev), torch.cuda.stream(torch.cuda.Stream(dev)):
+                    jobs[i]()
+                    torch.cuda.current_stream(dev).synchronize()
+            else:
+                jobs[i]()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread below
+            errors[i] = exc
+
+    with shared_sigterm() as received:
+        threads = [threading.Thread(target=work, args=(i,), name=f"job{i}", daemon=True) for i in range(len(jobs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                try:
+                    t.join(0.5)
+                except KeyboardInterrupt:  # Ctrl-C: as SIGTERM, every job checkpoints and stops
+                    received.append(signal.SIGINT)
+    failed = [e for e in errors if e is not None and not isinstance(e, TrainingInterrupted)]
+    if failed:
+        raise failed[0]
+    stopped = [e for e in errors if isinstance(e, TrainingInterrupted)]
+    if stopped:
+        raise stopped[0]

@@ -7,6 +7,7 @@
 # (scheme, d, m, seed) covering the union of the λ values that families asked for.
 import json
 import math
+import shlex
 import sys
 from pathlib import Path
 
@@ -99,6 +100,62 @@ def training_jobs():
         else:
             jobs += [keys[i:i + per] for keys in by_scheme.values() for i in range(0, len(keys), per)]
     return jobs
+
+
+def training_processes():
+    """The registry's training jobs (lists of trial keys) grouped into processes (in_processes)."""
+    def work_per_step(keys):  # d·n·m per run (n = d) times the job's runs
+        return keys[0][2] ** 2 * keys[0][3] * len(keys) * len(TRIALS[keys[0]])
+
+    return in_processes(training_jobs(), work_per_step)
+
+
+def in_processes(jobs, work):
+    """Jobs grouped into processes: one each, or ``train.jobs_per_process`` at a time, the most
+    ``work`` together (so that a process's jobs end at similar times)."""
+    per = TRAIN["jobs_per_process"]
+    if per == 1:
+        return [[j] for j in jobs]
+    jobs = sorted(jobs, key=work, reverse=True)
+    return [jobs[i:i + per] for i in range(0, len(jobs), per)]
+
+
+def process_name(names):
+    """Rule name of a training process from its jobs' names, e.g. train_centred_d16_m200_seeds0_1_2_with_7_more."""
+    return names[0] + (f"_with_{len(names) - 1}_more" if len(names) > 1 else "")
+
+
+def train_args(schemes, d, m, seeds, exps, root, rho=None, max_iters=None, loss_target=None):
+    """The arguments of one job's train command (--threads excepted), from the train settings."""
+    args = (f"--scheme {' '.join(dict.fromkeys(schemes))} --d {d} --m {m}"
+            f" --seeds {' '.join(str(s) for s in dict.fromkeys(seeds))}"
+            f" --lambda-exps {' '.join(map(str, exps))} --out {shlex.quote(str(root))}"
+            f" --max-iters {TRAIN['max_iters'] if max_iters is None else max_iters} --n-log {TRAIN['n_log']}"
+            f" --loss-convention {TRAIN['loss_convention']} --active-rule {TRAIN['active_rule']}"
+            f" --device {TRAIN['device']} --dtype {TRAIN['dtype']} --checkpoint-every {TRAIN['checkpoint_every_s']}")
+    return (args + ("" if rho is None else f" --rho {rho!r}")
+            + ("" if loss_target is None else f" --loss-target {loss_target!r}"))
+
+
+def registry_job_args(keys):
+    """train_args of a registry job (its trials' keys)."""
+    root, _, d, m, _, rho = keys[0]
+    return train_args([k[1] for k in keys], d, m, [k[4] for k in keys], sorted(TRIALS[keys[0]], reverse=True),
+                      runs_root_of(trial_outputs(keys[0])), rho)
+
+
+def train_jobs_command(job_args):
+    """``train-jobs --job 'ARGS' …``: several jobs (their train_args) in one process."""
+    return "train-jobs " + " ".join(f"--job {shlex.quote(a)}" for a in job_args)
+
+
+def process_resources(each):
+    """A training process's resources from its jobs': memory summed, the longest runtime (they
+    run side by side), the rest (one GPU where on CUDA, partition, account) as the first's."""
+    res = dict(each[0])
+    res["mem_mb"] = sum(r["mem_mb"] for r in each)
+    res["runtime"] = max(r["runtime"] for r in each)
+    return res
 
 
 def job_name(keys):

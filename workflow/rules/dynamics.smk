@@ -107,46 +107,74 @@ if TT.get("enabled", False):
                 TT_OUT[_fig],
 
 
-# --- training jobs of this file (same command as train.smk, with this family's root and cap) ---
-for _job in DYN_JOBS:
+# --- training jobs of this file (same command as train.smk, with this family's root and cap;
+# train.jobs_per_process of them per process as there; a job alone keeps its own rule) ---
+for _jobs in in_processes(DYN_JOBS, lambda j: j["d"] * j["n"] * j["m"] * len(j["seeds"]) * len(j["exps"])):
+    if len(_jobs) == 1:
+        _job = _jobs[0]
+
+        rule:
+            name:
+                _job["name"]
+            output:
+                _job["outputs"],
+            log:
+                f"{LOGS}/train/{_job['name']}.log",
+            params:
+                root=lambda wc, output: runs_root_of(output),
+                scheme=_job["scheme"],
+                d=_job["d"],
+                m=_job["m"],
+                seeds=" ".join(str(s) for s in _job["seeds"]),
+                exps=" ".join(str(e) for e in _job["exps"]),
+                rho="" if _job["rho"] is None else f"--rho {_job['rho']!r}",
+                target="" if _job.get("loss_target") is None else f"--loss-target {_job['loss_target']!r}",
+                max_iters=_job["max_iters"],
+                n_log=TRAIN["n_log"],
+                convention=TRAIN["loss_convention"],
+                active_rule=TRAIN["active_rule"],
+                device=TRAIN["device"],
+                dtype=TRAIN["dtype"],
+                checkpoint=TRAIN["checkpoint_every_s"],
+            threads: TRAIN["threads"]
+            resources:
+                **dict(trial_resources(_job["d"], _job["m"], len(_job["seeds"])),
+                       runtime=trial_runtime_minutes(_job["d"], _job["m"], len(_job["seeds"]), _job["max_iters"],
+                                                     n=_job["n"])),
+            group:
+                TRAIN["group"]
+            conda:
+                "../../envs/train.yaml"
+            shell:
+                "python -m shallowrelu train --scheme {params.scheme} --d {params.d} --m {params.m}"
+                " --seeds {params.seeds} --lambda-exps {params.exps} --out {params.root}"
+                " --max-iters {params.max_iters} --n-log {params.n_log}"
+                " --loss-convention {params.convention} --active-rule {params.active_rule}"
+                " --device {params.device} --dtype {params.dtype}"
+                " --checkpoint-every {params.checkpoint} --threads {threads} {params.rho} {params.target}"
+                " > {log} 2>&1"
+        continue
+    _name = process_name([j["name"] for j in _jobs])
 
     rule:
         name:
-            _job["name"]
+            _name
         output:
-            _job["outputs"],
+            [f for j in _jobs for f in j["outputs"]],
         log:
-            f"{LOGS}/train/{_job['name']}.log",
+            f"{LOGS}/train/{_name}.log",
         params:
-            root=lambda wc, output: runs_root_of(output),
-            scheme=_job["scheme"],
-            d=_job["d"],
-            m=_job["m"],
-            seeds=" ".join(str(s) for s in _job["seeds"]),
-            exps=" ".join(str(e) for e in _job["exps"]),
-            rho="" if _job["rho"] is None else f"--rho {_job['rho']!r}",
-            target="" if _job.get("loss_target") is None else f"--loss-target {_job['loss_target']!r}",
-            max_iters=_job["max_iters"],
-            n_log=TRAIN["n_log"],
-            convention=TRAIN["loss_convention"],
-            active_rule=TRAIN["active_rule"],
-            device=TRAIN["device"],
-            dtype=TRAIN["dtype"],
-            checkpoint=TRAIN["checkpoint_every_s"],
+            command=train_jobs_command([train_args([j["scheme"]], j["d"], j["m"], j["seeds"], j["exps"],
+                                              runs_root_of(j["outputs"]), j["rho"], j["max_iters"],
+                                              j.get("loss_target")) for j in _jobs]),
         threads: TRAIN["threads"]
         resources:
-            **dict(trial_resources(_job["d"], _job["m"], len(_job["seeds"])),
-                   runtime=trial_runtime_minutes(_job["d"], _job["m"], len(_job["seeds"]), _job["max_iters"],
-                                                 n=_job["n"])),
+            **process_resources([dict(trial_resources(j["d"], j["m"], len(j["seeds"])),
+                                      runtime=trial_runtime_minutes(j["d"], j["m"], len(j["seeds"]), j["max_iters"],
+                                                                    n=j["n"])) for j in _jobs]),
         group:
             TRAIN["group"]
         conda:
             "../../envs/train.yaml"
         shell:
-            "python -m shallowrelu train --scheme {params.scheme} --d {params.d} --m {params.m}"
-            " --seeds {params.seeds} --lambda-exps {params.exps} --out {params.root}"
-            " --max-iters {params.max_iters} --n-log {params.n_log}"
-            " --loss-convention {params.convention} --active-rule {params.active_rule}"
-            " --device {params.device} --dtype {params.dtype}"
-            " --checkpoint-every {params.checkpoint} --threads {threads} {params.rho} {params.target}"
-            " > {log} 2>&1"
+            "python -m shallowrelu {params.command} --threads {threads} > {log} 2>&1"

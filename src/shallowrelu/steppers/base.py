@@ -18,8 +18,26 @@ kernel doing a whole chunk per launch on CUDA at d ≤ 64). select.py chooses am
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+import torch
+
+_CAPTURE_LOCK = threading.Lock()
+
+
+def capture_graph(fn: Callable[[], None], stream: Any) -> Any:
+    """A CUDA graph of ``fn``'s kernels, captured on ``stream`` (this thread's side stream, warmed
+    up by the caller). One capture at a time per process, erring only on the capturing thread's
+    unsafe calls: jobs in other threads (runs.train_jobs_concurrently) go on launching and
+    allocating on their own streams meanwhile, while a capture's start (a device-wide
+    synchronisation and cache release) never meets another capture."""
+    g = torch.cuda.CUDAGraph()
+    with _CAPTURE_LOCK, torch.cuda.graph(g, stream=stream, capture_error_mode="thread_local"):
+        fn()
+    return g
 
 
 @dataclass(frozen=True)

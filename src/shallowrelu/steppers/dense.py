@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from .base import StepRule
+from .base import StepRule, capture_graph
 
 ROUNDING_MARGIN = 4.0  # multiples of (d + 2)·u, u = 2^-53, in the dead-neuron test
 BLOCK_STEPS = 32  # steps per block without stop tests (one CUDA graph on CUDA)
@@ -303,9 +303,7 @@ class FastStepper:
             for k in range(2):
                 self._step(k)
         torch.cuda.current_stream(self.dev).wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            self._unchecked()
+        g = capture_graph(self._unchecked, s)
         # capture does not execute, but the warm-up steps did: restore the state
         self.W.copy_(W0)
         self.a.copy_(a0)

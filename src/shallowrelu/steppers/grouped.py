@@ -50,7 +50,7 @@ from typing import Any
 import torch
 
 from .. import blas, kernels, step_kernel
-from .base import StepRule
+from .base import StepRule, capture_graph
 from .dense import FastStepper, certainly_dead, rounding_bound
 from .group_choice import Groups, choose_groups
 
@@ -404,10 +404,7 @@ class _Piece:
                 with torch.cuda.stream(side):
                     self._sub_block(2)  # warm-up (cuBLAS workspaces, caching allocator)
                 torch.cuda.current_stream(fs.dev).wait_stream(side)
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g):
-                    self._sub_block(BLOCK_STEPS)
-                self.graph = g
+                self.graph = capture_graph(lambda: self._sub_block(BLOCK_STEPS), side)
             else:
                 self._sub_block(2)
                 self.graph = _EagerReplay(lambda: self._sub_block(BLOCK_STEPS))
