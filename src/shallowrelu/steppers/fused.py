@@ -31,6 +31,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import threading
 import warnings
 from typing import Any
 
@@ -160,6 +161,8 @@ _chunk: Any = None
 
 
 _KERNELS: dict[bool, Any] = {}
+_COMPILED: set[tuple] = set()  # (interpret, MP, NP, DP, BM, DOT, warps) launched once: compiled
+_INIT_LOCK = threading.RLock()  # Triton's import, jit and first compile of a variant: one thread at a time
 
 
 def _import_triton(interpret: bool) -> None:
@@ -183,6 +186,11 @@ def _import_triton(interpret: bool) -> None:
 
 def kernel(interpret: bool) -> Any:
     """The jitted kernel; ``interpret``: Triton's CPU interpreter (CPU tensors, for tests)."""
+    with _INIT_LOCK:
+        return _kernel(interpret)
+
+
+def _kernel(interpret: bool) -> Any:
     _import_triton(interpret)
     # triton.language's own functions were jitted at its import, for the interpreter or not
     if interpret != (type(tl.sum).__name__ == "InterpretedFunction"):
@@ -280,9 +288,20 @@ class FusedStepper:
         return lay
 
     def _launch(self, lay: FusedLayout, t0: int, count: int) -> None:
-        kernel(lay.W.device.type != "cuda")[(lay.W.shape[0],)](
-            lay.W, lay.a, lay.X, lay.y, lay.trial, lay.running, lay.stop, lay.rule_values, t0, count, lay.n,
-            MP=lay.MP, NP=lay.NP, DP=lay.DP, BM=lay.BM, DOT=lay.dot, num_warps=self.num_warps)
+        interpret = lay.W.device.type != "cuda"
+        variant = (interpret, lay.MP, lay.NP, lay.DP, lay.BM, lay.dot, self.num_warps)
+
+        def launch() -> None:
+            kernel(interpret)[(lay.W.shape[0],)](
+                lay.W, lay.a, lay.X, lay.y, lay.trial, lay.running, lay.stop, lay.rule_values, t0, count, lay.n,
+                MP=lay.MP, NP=lay.NP, DP=lay.DP, BM=lay.BM, DOT=lay.dot, num_warps=self.num_warps)
+
+        if variant in _COMPILED:
+            launch()
+            return
+        with _INIT_LOCK:  # jobs in other threads (runs.train_jobs_concurrently) wait for this compilation
+            launch()
+            _COMPILED.add(variant)
 
     def advance(self, b: Any, t0: int, count: int) -> int:
         if count <= 0:
