@@ -273,7 +273,11 @@ def _cli(root: Path, every: str = "0") -> list[str]:
 
 
 def _start_and_wait(cmd: list[str], ready, timeout: float = 120.0) -> subprocess.Popen:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    """Start ``cmd`` and return once ``ready()``. The job runs at the lowest CPU priority, so that
+    on a busy machine (CI: two test workers on two cores) this poller still sees the state it
+    waits for before the job has moved past it (a seen-too-late window failed once in CI)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: os.nice(19))
     deadline = time.monotonic() + timeout
     while not ready():
         assert proc.poll() is None, f"the job ended before it could be killed: {proc.communicate()}"

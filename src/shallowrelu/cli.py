@@ -162,7 +162,10 @@ def _cmd_train_jobs(args: argparse.Namespace) -> int:
                     raise ValueError(f"the jobs {seen[trial]!r} and {text!r} both train {sc} d={job.d} "
                                      f"m={job.m} seed={seed} under {job.out}")
                 seen[trial] = text
-        jobs.append((job, *_checked_job(job)))
+        try:
+            jobs.append((job, *_checked_job(job)))
+        except ValueError as exc:
+            raise ValueError(f"--job {text!r}: {exc}") from None
     devices = {str(resolve_device(cfg.device)) for _, cfg, _ in jobs}
     if len(devices) > 1:
         raise ValueError(f"the jobs of one process share one device, got {sorted(devices)}")
