@@ -168,3 +168,39 @@ def test_trial_groups_and_layout_roundtrip():
     live = ~certainly_dead(W, b.X, b.trial)
     assert torch.equal(b.W[live], W[live]) and torch.equal(b.a[live], a[live])
     assert torch.equal(live, ~certainly_dead(W, b.run_X()))  # per trial = per run
+
+
+def test_graph_captures_are_one_at_a_time_on_the_callers_stream(monkeypatch):
+    """steppers.base.capture_graph (CUDA graphs of the dense and grouped steps), with torch's
+    capture faked on the CPU: the caller's stream and the thread-local error mode reach torch,
+    and captures from two threads (jobs of one train-jobs process) never overlap."""
+    import threading
+    import time
+
+    from shallowrelu.steppers import base
+
+    active, overlaps, calls = [], [], []
+
+    class FakeCapture:
+        def __init__(self, graph, stream=None, capture_error_mode="global"):
+            calls.append((stream, capture_error_mode))
+
+        def __enter__(self):
+            if active:
+                overlaps.append(True)
+            active.append(1)
+
+        def __exit__(self, *exc):
+            active.pop()
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: object())
+    monkeypatch.setattr(torch.cuda, "graph", FakeCapture)
+    done = []
+    threads = [threading.Thread(target=lambda s=s: done.append(base.capture_graph(lambda: time.sleep(0.05), s)))
+               for s in ("stream0", "stream1", "stream2")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(done) == 3 and not overlaps
+    assert sorted(calls) == [(f"stream{i}", "thread_local") for i in range(3)]
