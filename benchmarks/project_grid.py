@@ -157,6 +157,12 @@ def main(argv: list[str]) -> int:
     total = 2 * sum(best.values())  # two schemes; NaN where some (d, m) could not be projected
     print(f"PROJECTION (not measured), both schemes, jobs one after another, the faster step per (d, m): "
           f"{total / 3600:.2f} h")
+    if best:
+        # profiles/gpu: all (d, m) side by side in one process, each job both schemes in one batch;
+        # it cannot end before its longest job, nor (if sharing gains nothing) after the sum
+        print(f"PROJECTION (not measured), profiles/gpu (every (d, m) side by side in one process): between "
+              f"{max(best.values()) / 3600:.2f} h (the longest sliced job, perfect overlap) and {total / 3600:.2f} h "
+              "(no overlap); the copies' lines above say where")
     return 0
 
 

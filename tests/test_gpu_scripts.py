@@ -79,6 +79,7 @@ def test_projection_takes_the_faster_step_and_the_two_teacher_job(tmp_path, caps
     d64 = 12.0 + (cap - 3000) * 5.0 / 2000  # the graphs slice was too short: the fused one counts
     tt = 12.0 + (cap - 3000) * 5.0 / 2000
     assert f"the faster step per (d, m): {2 * (d16 + d64) / 3600:.2f} h" in out
+    assert f"between {max(d16, d64) / 3600:.2f} h (the longest sliced job, perfect overlap) and" in out
     assert f"two-teacher job (5 seeds, one rho, fused): {tt / 60:.1f} min" in out
     assert f"one after another: {54 * tt / 3600:.2f} h" in out
     assert ("3 copies of the d=16 m=200 job at once, as separate processes: 48,000 run-it/s vs 20,000 alone (2.40x, "
