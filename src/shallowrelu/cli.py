@@ -166,7 +166,11 @@ def _cmd_train_jobs(args: argparse.Namespace) -> int:
             jobs.append((job, *_checked_job(job)))
         except ValueError as exc:
             raise ValueError(f"--job {text!r}: {exc}") from None
-    devices = {str(resolve_device(cfg.device)) for _, cfg, _ in jobs}
+    def device_of(cfg: TrainConfig) -> str:  # 'cuda' is the current CUDA device, as for torch
+        dev = resolve_device(cfg.device)
+        return f"cuda:{torch.cuda.current_device()}" if dev.type == "cuda" and dev.index is None else str(dev)
+
+    devices = {device_of(cfg) for _, cfg, _ in jobs}
     if len(devices) > 1:
         raise ValueError(f"the jobs of one process share one device, got {sorted(devices)}")
     for job, _, _ in jobs:
