@@ -427,3 +427,23 @@ def test_jobs_in_one_process_stop_together_on_sigterm_and_resume(tmp_path, refer
     got = _load_runs(root)
     _assert_identical({k: v for k, v in got.items() if k.startswith("centred/")}, ref)
     _assert_identical({k: v for k, v in got.items() if k.startswith("uncentred/")}, ref_twin)
+
+
+def test_a_failing_job_stops_the_others_resumably(tmp_path, capsys, reference, one_thread):
+    """runs.train_jobs_concurrently: when one job fails, the others write their checkpoints at
+    their next logging point and stop (Snakemake then removes the process's outputs, not the
+    checkpoints); the error is raised, and the same job resumes to the uninterrupted result."""
+    _, ref = reference
+
+    def failing():
+        time.sleep(0.2)
+        raise OSError("disk full (simulated)")
+
+    with pytest.raises(OSError, match="disk full"):
+        runs.train_jobs_concurrently([failing, lambda: _train(tmp_path, _cfg(checkpoint_every_s=1e9))], "cpu")
+    err = capsys.readouterr().err
+    assert "job 1 of 2 failed (OSError: disk full (simulated))" in err and "checkpoint written" in err
+    assert _ck(tmp_path).exists() and len(_json_files(tmp_path)) < len(ref)
+    _train(tmp_path, _cfg())
+    assert "resumed from checkpoint" in capsys.readouterr().err
+    _assert_identical(_load_runs(tmp_path), ref)

@@ -242,24 +242,30 @@ def train_jobs_concurrently(jobs: Sequence[Callable[[], object]], device: str) -
     bound by launch latency, then share the device instead of taking turns. SIGTERM (and
     Ctrl-C) reach every job (engine.shared_sigterm): each writes its checkpoint at its next
     logging point and stops; once all have ended, the first error, else TrainingInterrupted,
-    is raised here."""
+    is raised here. A job that fails stops the others the same way (a failed process's outputs
+    are removed by Snakemake; the checkpoints stay, and the same command resumes every job)."""
     import torch
 
     dev = resolve_device(device)
     errors: list[BaseException | None] = [None] * len(jobs)
-
-    def work(i: int) -> None:
-        try:
-            if dev.type == "cuda":
-                with torch.cuda.device(dev), torch.cuda.stream(torch.cuda.Stream(dev)):
-                    jobs[i]()
-                    torch.cuda.current_stream(dev).synchronize()
-            else:
-                jobs[i]()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread below
-            errors[i] = exc
-
     with shared_sigterm() as received:
+
+        def work(i: int) -> None:
+            try:
+                if dev.type == "cuda":
+                    with torch.cuda.device(dev), torch.cuda.stream(torch.cuda.Stream(dev)):
+                        jobs[i]()
+                        torch.cuda.current_stream(dev).synchronize()
+                else:
+                    jobs[i]()
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread below
+                errors[i] = exc
+                if not isinstance(exc, TrainingInterrupted) and not received:
+                    print(f"train-jobs: job {i + 1} of {len(jobs)} failed ({type(exc).__name__}: {exc}); the "
+                          "others write their checkpoints at their next logging point and stop", file=sys.stderr,
+                          flush=True)
+                    received.append(signal.SIGTERM)
+
         threads = [threading.Thread(target=work, args=(i,), name=f"job{i}", daemon=True) for i in range(len(jobs))]
         for t in threads:
             t.start()
