@@ -204,3 +204,25 @@ def test_graph_captures_are_one_at_a_time_on_the_callers_stream(monkeypatch):
         t.join()
     assert len(done) == 3 and not overlaps
     assert sorted(calls) == [(f"stream{i}", "thread_local") for i in range(3)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_jobs_in_threads_match_the_reference(device, monkeypatch):
+    """runs.train_jobs_concurrently (train-jobs): three jobs of different sizes in threads — on
+    CUDA each on its own stream, their CUDA graphs (dense blocks; the grouped stepper's
+    sub-blocks) captured while the other jobs run — each run equal to the single-run oracle."""
+    from shallowrelu import runs
+    from shallowrelu.steppers import grouped
+
+    monkeypatch.setattr(grouped, "MIN_POINTS_X_DIM", 0)
+    monkeypatch.setattr(grouped, "BLOCK_STEPS", 8)  # sub-blocks captured early
+    jobs = [[RunSpec(make_trial(scheme, d, 30, seed), 4.0**e, f"{scheme}{d}_{seed}_{e}")
+             for seed in (0, 1) for e in (0, -6)] for scheme, d in (("centred", 4), ("uncentred", 8), ("centred", 12))]
+    cfgs = [TrainConfig(max_iters=4000, n_log=10, device=device, stable_phase=phase)
+            for phase in ("off", "on", "on")]
+    out: dict[int, list] = {}
+    runs.train_jobs_concurrently(
+        [lambda i=i: out.__setitem__(i, train(jobs[i], cfgs[i], progress=False)) for i in range(3)], device)
+    for i, specs in enumerate(jobs):
+        for spec, res in zip(specs, out[i]):
+            assert_matches_reference(res, spec.trial, spec.lam, 4000, 10)
