@@ -14,7 +14,7 @@ weights, instead of O(n·d) per neuron: at d = n = 1024, m = 200 with one J+ gro
 one-point J− groups, ~100× fewer operations than the dense step. The same algorithm runs
 batched over all runs with torch operations (CPU and CUDA, no host synchronisation inside a
 block; patterns as dense masks, one matrix product per trial and block of groups; on CUDA the
-~50 kernels of each step replayed, BLOCK_STEPS steps at a time, from one CUDA graph) and, on the
+~45 kernels of each step replayed, BLOCK_STEPS steps at a time, from one CUDA graph) and, on the
 CPU with numba, in compiled loops over each group's points (kernels._groups_step).
 
 **Mixed step.** Every live neuron of a training run is in a group (any size, every certified
@@ -165,11 +165,18 @@ class GroupSet:
             per[s] += 1
         self.Gmax = Gmax = max(1, max(per))
         self.flatpos = torch.tensor([s * Gmax + p for s, p in zip(ds, within)], dtype=torch.long, device=dev)
-        self.pad_index = torch.full((S_ds * Gmax,), G, dtype=torch.long, device=dev)  # G: the zero row
-        self.pad_index[self.flatpos] = torch.arange(G, device=dev)
+        # padded rows (S·Gmax): the groups at flatpos, zero patterns elsewhere, which add exact zeros
+        # to their dataset's first slot (fewer kernels per step than gathering into padding)
+        P = S_ds * Gmax
+        self.S_pad = torch.zeros(P, n, dtype=dt, device=dev)
+        self.S_pad[self.flatpos] = self.S
+        self.slot_pad = (torch.arange(P, device=dev) // Gmax) * Q
+        self.slot_pad[self.flatpos] = self.slot
+        self.u_pad = torch.zeros(P, d, dtype=dt, device=dev)
         self.Xg, self.XgT = fs.Xg, fs.XgT
         self.xnorm = torch.linalg.vector_norm(fs.Xg, dim=-1)  # (S, n)
         self.ds_of_member = (self.slot // Q)[self.gid]
+        self.gid_pad = self.flatpos[self.gid]  # each member's padded row
         self.W = torch.zeros(self.N, d, dtype=dt, device=dev)
         self.a = torch.zeros(self.N, dtype=dt, device=dev)
         self.gsum = torch.zeros(G, dtype=dt, device=dev)
@@ -193,31 +200,28 @@ class GroupSet:
         return self._at[0][mask], self._at[1][mask]
 
     # -- the torch step -------------------------------------------------------------------
-    def _padded(self, rows: torch.Tensor) -> torch.Tensor:
-        """(G, k) per-group rows → (S, Gmax, k), zero rows for the padding."""
-        z = torch.cat([rows, rows.new_zeros(1, rows.shape[1])])
-        return z[self.pad_index].view(self.Xg.shape[0], self.Gmax, rows.shape[1])
-
     def h(self, out: torch.Tensor) -> None:
-        """The groups' share of h (SQ, n) at the current state: Σ_k s_ki x_i·u_k."""
-        u = torch.zeros(self.G, self.d, dtype=self.W.dtype, device=self.W.device)
-        u.index_add_(0, self.gid, self.W * self.a[:, None])
-        H = torch.bmm(self._padded(u), self.XgT).view(-1, self.n)[self.flatpos] * self.S
+        """The groups' share of h (SQ, n) at the current state: Σ_k s_ki x_i·u_k (u_k summed into
+        its padded row; one product per dataset; the padding rows add exact zeros)."""
+        S_ds = self.Xg.shape[0]
+        self.u_pad.zero_()
+        self.u_pad.index_add_(0, self.gid_pad, self.W * self.a[:, None])
+        H = torch.bmm(self.u_pad.view(S_ds, self.Gmax, self.d), self.XgT).view(-1, self.n)
+        H.mul_(self.S_pad)
         out.zero_()
-        out.index_add_(0, self.slot, H)
+        out.index_add_(0, self.slot_pad, H)
 
-    def update(self, r: torch.Tensor, coef_group: torch.Tensor) -> None:
-        """One step with residual r (SQ, n); coef_group (G,) = coef, or 0 for stopped runs.
+    def update(self, r: torch.Tensor, coef_member: torch.Tensor) -> None:
+        """One step with residual r (SQ, n); coef_member (N,) = coef, or 0 for stopped runs.
         (The torch step has no groups with uncertain points: _Piece asks for them only when
-        compiled.)"""
-        V = self.S * r[self.slot]
-        g = torch.bmm(self._padded(V), self.Xg).view(-1, self.d)[self.flatpos]  # (G, d)
-        self.gsum.add_(torch.linalg.vector_norm(g, dim=-1))
-        gg = g[self.gid]
+        compiled.) The padding rows' directions are never used."""
+        V = self.S_pad * r[self.slot_pad]
+        g = torch.bmm(V.view(self.Xg.shape[0], self.Gmax, self.n), self.Xg).view(-1, self.d)  # (S·Gmax, d)
+        self.gsum.add_(torch.linalg.vector_norm(g, dim=-1)[self.flatpos])
+        gg = g[self.gid_pad]
         ga = (self.W * gg).sum(-1)  # w_j·g_k with the old w_j
-        c = coef_group[self.gid]
-        self.W.addcmul_(gg, (self.a * c)[:, None])
-        self.a.addcmul_(ga, c)
+        self.W.addcmul_(gg, (self.a * coef_member)[:, None])
+        self.a.addcmul_(ga, coef_member)
 
     # -- certification --------------------------------------------------------------------
     def refresh(self, groups: torch.Tensor | None = None) -> torch.Tensor:
@@ -292,7 +296,7 @@ class _Piece:
         self.y0 = fs.y.clone()
         self.hg = torch.empty_like(fs.y)
         fs.lbuf = torch.empty(BLOCK_STEPS, fs.y.shape[0], dtype=fs.dtype, device=fs.dev)
-        self.cg = torch.empty(self.groups.G, dtype=fs.dtype, device=fs.dev)  # per-group coef of a block
+        self.cm = torch.empty(self.groups.N, dtype=fs.dtype, device=fs.dev)  # per-member coef of a block
         self.hit = torch.zeros(fs.y.shape[0], dtype=torch.bool, device=fs.dev)  # met the target in a block
         self.graph: Any = None  # the layout's buffers changed: capture again
         self.kernel = step_kernel.StepKernel(fs, self.groups, self.y0) if self.compiled else None
@@ -311,15 +315,17 @@ class _Piece:
         self.fs.store(self.b)
         self.groups.store(self.b.W, self.b.a)
 
-    def _coef_group(self) -> torch.Tensor:
-        return self.fs.running.to(self.fs.dtype)[self.groups.slot] * self.coef
+    def _coef_member(self) -> torch.Tensor:
+        """(N,) coef for the members of running runs, 0 for the others."""
+        gr = self.groups
+        return self.fs.running.to(self.fs.dtype)[gr.slot[gr.gid]] * self.coef
 
-    def _step(self, k: int | None, coef_group: torch.Tensor | None) -> None:
+    def _step(self, k: int | None, coef_member: torch.Tensor | None) -> None:
         fs, gr = self.fs, self.groups
         gr.h(self.hg)
         torch.sub(self.y0, self.hg, out=fs.y)  # the dense step sees y − (the groups' share of h)
         fs._step(k)
-        gr.update(fs.r, self._coef_group() if k is None else coef_group)
+        gr.update(fs.r, self._coef_member() if k is None else coef_member)
 
     def _snapshot(self) -> None:
         fs, gr = self.fs, self.groups
@@ -369,7 +375,7 @@ class _Piece:
         survived to blocks of GRAPH_AFTER_BLOCKS sub-blocks (a layout rebuilt after a few steps
         is not worth a capture); the graph's arithmetic is the eager step's."""
         self.fs._set_go()
-        self.cg.copy_(self._coef_group())
+        self.cm.copy_(self._coef_member())
         if self.graphs and self.graph is None and steps >= GRAPH_AFTER_BLOCKS * BLOCK_STEPS:
             self._capture()
         self.hit.zero_()
@@ -388,7 +394,7 @@ class _Piece:
         (the checked step's arithmetic: κ·Σr²/(2n) < target)."""
         fs = self.fs
         for i in range(k):
-            self._step(i, self.cg)
+            self._step(i, self.cm)
         loss = fs.lbuf[:k] * (self.rule.kappa / (2 * fs.n))
         torch.logical_or(self.hit, (loss < self.rule.target).any(0), out=self.hit)
 
