@@ -170,16 +170,28 @@ def test_trial_groups_and_layout_roundtrip():
     assert torch.equal(live, ~certainly_dead(W, b.run_X()))  # per trial = per run
 
 
-def test_graph_captures_are_one_at_a_time_on_the_callers_stream(monkeypatch):
+def test_graph_captures_are_one_at_a_time_on_their_warm_up_stream(monkeypatch):
     """steppers.base.capture_graph (CUDA graphs of the dense and grouped steps), with torch's
-    capture faked on the CPU: the caller's stream and the thread-local error mode reach torch,
-    and captures from two threads (jobs of one train-jobs process) never overlap."""
+    streams and capture faked on the CPU: each capture warms up once on its own side stream and
+    is captured on that stream in the thread-local error mode, and captures from three threads
+    (jobs of one train-jobs process) never overlap."""
+    import contextlib
     import threading
     import time
 
     from shallowrelu.steppers import base
 
-    active, overlaps, calls = [], [], []
+    active, overlaps, calls, warm = [], [], [], []
+    current = threading.local()
+
+    class FakeStream:
+        def wait_stream(self, other):
+            pass
+
+    @contextlib.contextmanager
+    def on(stream):
+        current.stream = stream
+        yield
 
     class FakeCapture:
         def __init__(self, graph, stream=None, capture_error_mode="global"):
@@ -193,17 +205,25 @@ def test_graph_captures_are_one_at_a_time_on_the_callers_stream(monkeypatch):
         def __exit__(self, *exc):
             active.pop()
 
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: FakeStream())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: FakeStream())
+    monkeypatch.setattr(torch.cuda, "stream", on)
     monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: object())
     monkeypatch.setattr(torch.cuda, "graph", FakeCapture)
     done = []
-    threads = [threading.Thread(target=lambda s=s: done.append(base.capture_graph(lambda: time.sleep(0.05), s)))
-               for s in ("stream0", "stream1", "stream2")]
+
+    def job():
+        done.append(base.capture_graph(lambda: time.sleep(0.05), lambda: warm.append(current.stream), "cuda"))
+
+    threads = [threading.Thread(target=job) for _ in range(3)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert len(done) == 3 and not overlaps
-    assert sorted(calls) == [(f"stream{i}", "thread_local") for i in range(3)]
+    assert len({id(s) for s in warm}) == 3
+    assert sorted(map(id, warm)) == sorted(id(s) for s, _ in calls)
+    assert all(mode == "thread_local" for _, mode in calls)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -293,17 +293,15 @@ class FastStepper:
         for k in range(BLOCK_STEPS):
             self._step(k)
 
+    def _warmup(self) -> None:
+        self._set_go()
+        for k in range(2):
+            self._step(k)
+
     def _capture(self) -> None:
-        s = torch.cuda.Stream(device=self.dev)
-        s.wait_stream(torch.cuda.current_stream(self.dev))
         W0, a0 = self.W.clone(), self.a.clone()
         t0 = self.t.clone()
-        with torch.cuda.stream(s):
-            self._set_go()
-            for k in range(2):
-                self._step(k)
-        torch.cuda.current_stream(self.dev).wait_stream(s)
-        g = capture_graph(self._unchecked, s)
+        g = capture_graph(self._unchecked, self._warmup, self.dev)
         # capture does not execute, but the warm-up steps did: restore the state
         self.W.copy_(W0)
         self.a.copy_(a0)

@@ -405,12 +405,7 @@ class _Piece:
         fs = self.fs
         try:
             if fs.dev.type == "cuda":
-                side = torch.cuda.Stream(device=fs.dev)
-                side.wait_stream(torch.cuda.current_stream(fs.dev))
-                with torch.cuda.stream(side):
-                    self._sub_block(2)  # warm-up (cuBLAS workspaces, caching allocator)
-                torch.cuda.current_stream(fs.dev).wait_stream(side)
-                self.graph = capture_graph(lambda: self._sub_block(BLOCK_STEPS), side)
+                self.graph = capture_graph(lambda: self._sub_block(BLOCK_STEPS), lambda: self._sub_block(2), fs.dev)
             else:
                 self._sub_block(2)
                 self.graph = _EagerReplay(lambda: self._sub_block(BLOCK_STEPS))
