@@ -48,8 +48,9 @@ def late_rate(bench: dict | None, d: int, m: int, step: str = "graphs") -> tuple
     return None, ""
 
 
-def _two_teacher_job(s: dict) -> float:
-    """A two-teacher slice's job continued to the cap at its last progress rate (upper bound)."""
+def _to_cap_at_last_rate(s: dict) -> float:
+    """A slice's job continued to the cap at the rate of its last two progress lines (iterations
+    per second; an upper bound, the early phase being the slow one), NaN with fewer lines."""
     prog = s.get("progress") or []
     if len(prog) < 2 or prog[-1][1] <= prog[-2][1]:
         return float("nan")
@@ -61,13 +62,12 @@ def grid_job(s: dict, bench: dict | None) -> tuple[float, float | None, str]:
     """One grid slice's projected job wall time (s), the late rate used and how it was projected."""
     t, wall, left = max(1, s["iteration_reached"]), s["wall_s"], s["runs_training"]
     rate, kind = late_rate(bench, s["d"], s["m"], s.get("step", "graphs"))
-    prog = s.get("progress") or []
     if rate:
         return wall + (CAP - t) * left / rate, rate, f"bench late rate ({kind})"
-    if len(prog) >= 2 and prog[-1][1] > prog[-2][1]:
-        (s0, i0, _), (s1, i1, _) = prog[-2], prog[-1]
-        return wall + (CAP - i1) * (s1 - s0) / (i1 - i0), None, "slice rate, last progress lines (upper bound)"
-    return float("nan"), None, "too short a slice"
+    job = _to_cap_at_last_rate(s)
+    if job == job:
+        return job, None, "slice rate, last progress lines (upper bound)"
+    return job, None, "too short a slice"
 
 
 def _rate(s: dict) -> float:
@@ -141,7 +141,7 @@ def main(argv: list[str]) -> int:
         if s.get("together") or _merged(s):
             continue
         if s.get("scheme", "centred").startswith("two-teacher"):
-            two_teacher[s.get("step", "graphs")] = _two_teacher_job(s)
+            two_teacher[s.get("step", "graphs")] = _to_cap_at_last_rate(s)
             continue
         job, rate, how = grid_job(s, bench)
         key = (s["d"], s["m"])
