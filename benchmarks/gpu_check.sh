@@ -12,13 +12,14 @@
 #      end through engine.train, d = 1024 16 64 (5 trials x 16 lambda, m = 200);
 #   5. real-job slices (slices.json): `python -m shallowrelu train` of every (d, m) of the paper's
 #      Figs 7 + 8 grid (5 trials x 16 lambda, cap 2e7, centred), each stopped by SIGTERM after
-#      SLICE_S seconds, then, while time is left, FUSED_DIMS (default 16) again with
-#      SHALLOWRELU_CUDA_STEP=fused, a paper-size two-teacher job (d = 16, m = 25, 5 seeds, one rho)
-#      with the default and the fused step, MERGED_DIMS (default 16) with both schemes in one batch (160 runs,
-#      train.merge_schemes), then TOGETHER (default 4) copies of the d = 16 job at once, in one
-#      train-jobs process (train.jobs_per_process, the GPU profile's) and as separate processes; the iteration each reached, from which
-#      benchmarks/project_grid.py projects the grid's and the two-teacher sweep's wall time and
-#      prints the gain of sharing.
+#      SLICE_S seconds, those that profiles/gpu trains on the GPU (d >= 256) first; then, while time
+#      is left, FUSED_DIMS (default 16) again with SHALLOWRELU_CUDA_STEP=fused, MERGED_DIMS
+#      (default 256) with both schemes in one batch (160 runs, train.merge_schemes), TOGETHER
+#      (default 4) copies of the d = TOGETHER_D (default 256) job at once, in one train-jobs process
+#      (train.jobs_per_process, the GPU profile's) and as separate processes, and last a paper-size
+#      two-teacher job (d = 16, m = 25, 5 seeds, one rho) with the default and the fused step; the
+#      iteration each reached, from which benchmarks/project_grid.py projects the grid's (and the
+#      profile's GPU share's) and the two-teacher sweep's wall time and prints the gain of sharing.
 # Steps 2-4 are bounded by timeouts (80 + 100 + 75 + 200 s); the slices by BUDGET_S (default 520 s
 # from the start: call it with timeout_s = 590). Dry run on a CPU machine:
 #   DEVICE=cpu SKIP_CHECKS=1 SLICE_S=10 bash benchmarks/gpu_check.sh
@@ -56,7 +57,8 @@ fi
 
 say "== real-job slices (${SLICE_S} s each)"
 "$PY" benchmarks/gpu_slices.py --device "$DEVICE" --seconds "$SLICE_S" --out "$OUT/slices.json" \
-    --fused-dims ${FUSED_DIMS:-16} --merged-dims ${MERGED_DIMS:-16} --together ${TOGETHER:-4} --deadline $(( START + BUDGET_S )) --work "$OUT/slices" 2>&1 | tee -a "$LOG"
+    --fused-dims ${FUSED_DIMS:-16} --merged-dims ${MERGED_DIMS:-256} --together ${TOGETHER:-4} \
+    --together-d ${TOGETHER_D:-256} --deadline $(( START + BUDGET_S )) --work "$OUT/slices" 2>&1 | tee -a "$LOG"
 rm -rf "$OUT/slices"
 "$PY" benchmarks/project_grid.py "$OUT/slices.json" 2>&1 | tee -a "$LOG"
 ls -la "$OUT" | tee -a "$LOG"

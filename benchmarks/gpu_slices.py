@@ -5,13 +5,16 @@ For every (d, m) of the grid, ``python -m shallowrelu train`` of 5 centred trial
 then writes a checkpoint at the next logging point and exits). Recorded per job: wall time, the
 iteration reached, the runs finished (their summaries' iterations) and still training, the
 run-iterations done, and the last progress lines. Usable on the CPU too (``--device cpu``).
-After the grid's slices, where time is left: the grid's jobs at ``--fused-dims`` with the fused
+In order of need, as far as the deadline allows: the (d, m) that profiles/gpu trains on the GPU
+(d >= 256: its train.cpu_below_d), then the smaller d (there on the CPU cores; on the GPU for
+comparison and for the d = 16 job's rate), then the jobs at ``--fused-dims`` with the fused
 Triton step (SHALLOWRELU_CUDA_STEP=fused, steppers/fused.py), recorded with ``"step": "fused"``,
-then a paper-size two-teacher job (Appendix I: d = 16, m = 25, 5 seeds at one rho, cap 2e7) with
-each step of ``--two-teacher``, then the jobs at ``--merged-dims`` with both schemes in one
-batch (``--scheme centred uncentred``, 160 runs: train.merge_schemes), then ``--together`` copies
-of the d = 16 job at once (the GPU profile's several jobs sharing the device), first in one ``train-jobs`` process
-(train.jobs_per_process), then as separate processes, recorded with ``"together"``.
+the jobs at ``--merged-dims`` with both schemes in one batch (``--scheme centred uncentred``, 160
+runs: train.merge_schemes), ``--together`` copies of the d = ``--together-d`` job at once (the
+GPU profile's several jobs sharing the device), first in one ``train-jobs`` process
+(train.jobs_per_process), then as separate processes, recorded with ``"together"``; last a
+paper-size two-teacher job (Appendix I: d = 16, m = 25, 5 seeds at one rho, cap 2e7) with each
+step of ``--two-teacher`` (the profile trains these on the CPU cores).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import sys
 import time
 
 CONFIGS = [(4, 200), (16, 200), (64, 200), (256, 200), (1024, 200), (1024, 25), (1024, 50)]
+PROFILE_CPU_BELOW_D = 256  # profiles/gpu's train.cpu_below_d: smaller d train on the CPU cores there
 
 
 # Appendix I at paper size (config/paper.yaml's two_teacher): one job of 5 seeds at one rho
@@ -145,24 +149,28 @@ def main() -> int:
     ap.add_argument("--two-teacher", nargs="*", default=["graphs", "fused"], choices=["graphs", "fused"],
                     help="slice a paper-size two-teacher job (5 seeds, one rho) with these steps, after the grid's")
     ap.add_argument("--merged-dims", type=int, nargs="*", default=[],
-                    help="also slice these d with both schemes in one job (train.merge_schemes: 160 runs)")
+                    help="also slice these d (m = 200) with both schemes in one job (train.merge_schemes: 160 runs)")
     ap.add_argument("--together", type=int, default=0, metavar="K",
-                    help="last, K copies of the d = 16 job at once (0: not; the GPU profile runs 4)")
+                    help="K copies of the d = --together-d job at once (0: not; the GPU profile runs 4)")
+    ap.add_argument("--together-d", type=int, default=256, choices=sorted({d for d, _ in CONFIGS}),
+                    help="the d of --together's copies (m = 200; default 256, the GPU profile's smallest)")
     args = ap.parse_args()
     if args.together < 0 or args.together == 1:
         ap.error(f"--together must be 0 or at least 2, got {args.together}")
     rows = []
     tt = {k: v for k, v in TWO_TEACHER.items() if k not in ("d", "m")}
-    # in order of need: the grid (the projection), the fused step (the real job's small-d rate), the
-    # two-teacher job (its sweep's projection), then the profile's choices (both schemes in a batch,
-    # jobs sharing the device); what the deadline leaves out is printed
-    jobs = ([(d, m, "graphs", {}) for d, m in CONFIGS]
+    # in order of need: the grid's GPU share in profiles/gpu (the projection), its CPU share on the
+    # GPU (the d = 16 job's rate), the fused step (the small-d rate), the profile's choices (both
+    # schemes in a batch, jobs sharing the device), the two-teacher job (on the CPU in the profile);
+    # what the deadline leaves out is printed
+    grid = sorted(CONFIGS, key=lambda c: c[0] < PROFILE_CPU_BELOW_D)
+    jobs = ([(d, m, "graphs", {}) for d, m in grid]
             + [(d, m, "fused", {}) for d, m in CONFIGS if d in args.fused_dims]
-            + [(TWO_TEACHER["d"], TWO_TEACHER["m"], step, tt) for step in args.two_teacher]
             + [(d, m, "graphs", {"scheme": "centred uncentred", "runs": 160}) for d, m in CONFIGS
-               if d in args.merged_dims]
-            + ([(16, 200, "together", {"in_process": True}), (16, 200, "together", {})]
-               if args.together else []))  # the launch-bound job: in one process (the profile's), then apart
+               if d in args.merged_dims and m == 200]
+            + ([(args.together_d, 200, "together", {"in_process": True}), (args.together_d, 200, "together", {})]
+               if args.together else [])  # in one process (the profile's), then apart
+            + [(TWO_TEACHER["d"], TWO_TEACHER["m"], step, tt) for step in args.two_teacher])
     for d, m, step, extra in jobs:
         if args.deadline and time.time() + args.seconds + 30 > args.deadline:
             print(f"no time left for d={d} m={m} ({step})", flush=True)

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 CAP = 20_000_000
+PROFILE_CPU_BELOW_D = 256  # profiles/gpu's train.cpu_below_d: smaller d train on the CPU cores there
 
 
 def _measured(v: dict, key: str) -> float:
@@ -157,12 +158,15 @@ def main(argv: list[str]) -> int:
     total = 2 * sum(best.values())  # two schemes; NaN where some (d, m) could not be projected
     print(f"PROJECTION (not measured), both schemes, jobs one after another, the faster step per (d, m): "
           f"{total / 3600:.2f} h")
-    if best:
-        # profiles/gpu: all (d, m) side by side in one process, each job both schemes in one batch;
-        # it cannot end before its longest job, nor (if sharing gains nothing) after the sum
-        print(f"PROJECTION (not measured), profiles/gpu (every (d, m) side by side in one process): between "
-              f"{max(best.values()) / 3600:.2f} h (the longest sliced job, perfect overlap) and {total / 3600:.2f} h "
-              "(no overlap); the copies' lines above say where")
+    gpu = {k: v for k, v in best.items() if k[0] >= PROFILE_CPU_BELOW_D}
+    if gpu:
+        # profiles/gpu: the d >= 256 jobs side by side in one process, each job both schemes in one
+        # batch; it cannot end before its longest job, nor (if sharing gains nothing) after the sum
+        print(f"PROJECTION (not measured), profiles/gpu's GPU share (d >= {PROFILE_CPU_BELOW_D}, side by side in one "
+              f"process): between {max(gpu.values()) / 3600:.2f} h (the longest sliced job, perfect overlap) and "
+              f"{2 * sum(gpu.values()) / 3600:.2f} h (no overlap); the copies' lines above say where. Its CPU share "
+              f"(d < {PROFILE_CPU_BELOW_D}, the two-teacher sweep) runs on the CPU cores alongside, one core per job "
+              "(docs/performance.md: minutes per job, 22-32 min at d = 64 uncentred)")
     return 0
 
 

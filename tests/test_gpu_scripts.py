@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 import signal
 import subprocess
 import sys
@@ -62,7 +63,9 @@ def test_grid_job_rates_and_fallbacks():
 
 def test_projection_takes_the_faster_step_and_the_two_teacher_job(tmp_path, capsys):
     slices = [_slice(16, 200), _slice(16, 200, "fused"), _slice(64, 200, progress=()),
-              _slice(64, 200, "fused"), _slice(16, 25, "fused", training=5, scheme="two-teacher-centred")]
+              _slice(64, 200, "fused"), _slice(16, 25, "fused", training=5, scheme="two-teacher-centred"),
+              _slice(256, 200, progress=((5.0, 1000, 80), (10.0, 2000, 80))),
+              _slice(1024, 25, progress=((5.0, 1000, 80), (10.0, 1500, 80)))]
     # copies run at once: not grid slices (this one would project shorter), only their summed rate
     slices += [_slice(16, 200, reached=10**7, together=3, run_iterations=12 * 16000) for _ in range(3)]
     slices.append(_slice(16, 200, reached=10**7, together=3, in_process=True, runs=240, progress=(),
@@ -78,8 +81,14 @@ def test_projection_takes_the_faster_step_and_the_two_teacher_job(tmp_path, caps
     d16 = 12.0 + (cap - 3000) * 80 / 1e6  # fused is faster
     d64 = 12.0 + (cap - 3000) * 5.0 / 2000  # the graphs slice was too short: the fused one counts
     tt = 12.0 + (cap - 3000) * 5.0 / 2000
-    assert f"the faster step per (d, m): {2 * (d16 + d64) / 3600:.2f} h" in out
-    assert f"between {max(d16, d64) / 3600:.2f} h (the longest sliced job, perfect overlap) and" in out
+    d256 = 12.0 + (cap - 2000) * 5.0 / 1000  # no bench at these d: the slice's last rate
+    d1024 = 12.0 + (cap - 1500) * 5.0 / 500
+    assert f"the faster step per (d, m): {2 * (d16 + d64 + d256 + d1024) / 3600:.2f} h" in out
+    # the GPU profile's GPU share: d >= 256 only (smaller d train on the CPU cores there)
+    profile = (REPO / "profiles" / "gpu" / "config.yaml").read_text()
+    assert project_grid.PROFILE_CPU_BELOW_D == int(re.search(r"train=\{[^}]*cpu_below_d: (\d+)", profile).group(1))
+    assert (f"GPU share (d >= 256, side by side in one process): between {d1024 / 3600:.2f} h (the longest sliced "
+            f"job, perfect overlap) and {2 * (d256 + d1024) / 3600:.2f} h (no overlap)") in out
     assert f"two-teacher job (5 seeds, one rho, fused): {tt / 60:.1f} min" in out
     assert f"one after another: {54 * tt / 3600:.2f} h" in out
     assert ("3 copies of the d=16 m=200 job at once, as separate processes: 48,000 run-it/s vs 20,000 alone (2.40x, "
@@ -110,6 +119,40 @@ def test_copies_at_once_are_stopped_together(tmp_path, in_process):
         assert r["returncode"] in STOPPED, r["tail"]
         assert r["runs_finished"] + r["runs_training"] == r["runs"] == (10 if in_process else 5)
         assert 0 < r["wall_s"] < 8.0 + 60 and r["run_iterations"] >= 0
+
+
+def test_slices_come_in_order_of_need(tmp_path, monkeypatch, capsys):
+    """gpu_check.sh's slices: the GPU profile's GPU share (d >= 256) first, then the smaller d, the
+    fused d = 16, both schemes in one batch at d = 256 (m = 200 only), four copies of the d = 256
+    job in one process and apart, and the two-teacher job (on the CPU in the profile) last; a
+    deadline that leaves no time says what it leaves out."""
+    seen = []
+
+    def fake(d, m, device, seconds, work, step="graphs", **kw):
+        seen.append((d, m, step, kw.get("scheme", "centred")))
+        return dict(_slice(d, m, step), runs_finished=0, scheme=kw.get("scheme", "centred"))
+
+    def fake_together(d, m, device, seconds, work, copies, in_process=False, **kw):
+        seen.append((d, m, "together", "in_process" if in_process else "apart"))
+        return [dict(_slice(d, m), runs_finished=0, together=copies)]
+
+    monkeypatch.setattr(gpu_slices, "slice_job", fake)
+    monkeypatch.setattr(gpu_slices, "together", fake_together)
+    args = ["gpu_slices.py", "--device", "cpu", "--out", str(tmp_path / "s.json"), "--fused-dims", "16",
+            "--merged-dims", "256", "--together", "4", "--two-teacher", "graphs"]
+    monkeypatch.setattr(sys, "argv", args)
+    assert gpu_slices.main() == 0
+    grid = [(d, m) for d, m, step, scheme in seen[:7]]
+    assert all(d >= 256 for d, _ in grid[:4]) and all(d < 256 for d, _ in grid[4:])
+    assert sorted(grid) == sorted(gpu_slices.CONFIGS) and seen[4][:2] == (4, 200)
+    assert seen[7:] == [(16, 200, "fused", "centred"), (256, 200, "graphs", "centred uncentred"),
+                        (256, 200, "together", "in_process"), (256, 200, "together", "apart"),
+                        (16, 25, "graphs", "two-teacher-centred")]
+    assert gpu_slices.PROFILE_CPU_BELOW_D == project_grid.PROFILE_CPU_BELOW_D
+    seen.clear()
+    monkeypatch.setattr(sys, "argv", args + ["--deadline", "1"])
+    assert gpu_slices.main() == 0 and not seen
+    assert "no time left for d=256 m=200 (graphs)" in capsys.readouterr().out
 
 
 def test_gpu_check_script_parses():

@@ -138,21 +138,58 @@ def test_merge_schemes_shares_jobs_and_declares_the_same_runs(tmp_path):
     assert "--scheme centred uncentred --d 4 --m 200 --seeds 0 1 2 3 4 " in res.stdout
 
 
-def test_gpu_profile_runs_the_paper_grid_in_one_process(tmp_path):
-    """profiles/gpu with the paper's config: one job of both schemes (160 runs) per (d, m) of
-    Figs 7 + 8, on CUDA, at the paper's cap, all seven in one train-jobs process; the
-    two-teacher sweep's jobs eight to a process."""
+def rule_blocks(out: str) -> dict[str, str]:
+    """Rule name -> its block (output, log, resources, shell command) in a ``-n -p`` listing."""
+    parts = re.split(r"\n(?=(?:local)?rule \w+:\n)", out)
+    return {m.group(1): part for part in parts if (m := re.match(r"(?:local)?rule (\w+):\n", part))}
+
+
+def test_gpu_profile_splits_the_paper_work_between_cpu_and_gpu(tmp_path):
+    """profiles/gpu with the paper's config (train.cpu_below_d = 256): the d < 256 jobs (Figs 7 + 8
+    at d = 4, 16, 64, Fig 9's trial, Example 31, the two-teacher sweep) run on the CPU, one trial
+    per job and per process, without the gpu resource; the GPU's four jobs (d = 256; d = 1024 at
+    m = 25, 50, 200), each of both schemes (160 runs), share one train-jobs process at the
+    paper's cap."""
     res = snakemake(tmp_path, "-n", "-p", "--profile", str(REPO / "profiles" / "gpu"), configfile="config/paper.yaml")
     assert res.returncode == 0, res.stderr[-2000:]
-    counts = job_counts(res.stdout)
-    assert not any(re.fullmatch(r"train_(centred|uncentred)_d\d+_m\d+_seeds.*", k) for k in counts)
-    (grid_cmd,) = [c for c in res.stdout.splitlines() if "train-jobs" in c and "--d 1024 --m 25 " in c]
-    jobs = grid_cmd.split("--job ")[1:]
-    assert len(jobs) == 8 and sum("--scheme centred uncentred" in j for j in jobs) == 7
-    assert all("--device cuda" in j and "--max-iters 20000000" in j for j in jobs)
-    tt = [c for c in res.stdout.splitlines() if "train-jobs" in c and "two-teacher" in c]
-    assert len(tt) == 7 and sum(c.count("--job ") for c in tt) == 54 + 1  # + Example 31's job
-    assert "gpu=1" in res.stdout
+    blocks = {k: v for k, v in rule_blocks(res.stdout).items() if k.startswith("train_")}
+    gpu = {k: v for k, v in blocks.items() if "gpu=1" in v}
+    cpu = {k: v for k, v in blocks.items() if "gpu=1" not in v}
+    (proc,) = gpu.values()
+    jobs = proc.split("train-jobs", 1)[1].split("--job ")[1:]
+    assert sorted(re.search(r"--d (\d+) --m (\d+) ", j).groups() for j in jobs) == [
+        ("1024", "200"), ("1024", "25"), ("1024", "50"), ("256", "200")]
+    assert all("--scheme centred uncentred" in j and "--seeds 0 1 2 3 4 " in j and "--device cuda" in j
+               and "--max-iters 20000000" in j for j in jobs)
+    assert all("python -m shallowrelu train " in v and "--device cpu" in v and "--device cuda" not in v
+               for v in cpu.values())
+    grid = [k for k in cpu if re.fullmatch(r"train_(centred|uncentred)_d(4|16|64)_m200_seed\d", k)]
+    assert len(grid) == 2 * 3 * 5
+    assert sum(k.startswith("train_two_teacher_") for k in cpu) == 54
+    assert len(cpu) == 30 + 1 + 1 + 54  # + Fig 9's trial and Example 31
+
+
+def test_cpu_below_d_moves_small_jobs_to_the_cpu_and_declares_the_same_runs(tmp_path):
+    """train.cpu_below_d with a GPU device: jobs at d below it have --device cpu, one trial each,
+    one per process and no gpu resource; the others keep the GPU layout; the declared runs are
+    exactly those of the plain layout. On the CPU (train.device cpu) the option changes nothing."""
+    gpu = 'train={"device": "cuda", "seeds_per_job": 5, "merge_schemes": true, "jobs_per_process": 3'
+    _, out_plain = dry_run(tmp_path, "config/config.yaml", config=['train={"seeds_per_job": 1}'])
+    res = snakemake(tmp_path, "-n", "-p", config=[*OTHERS_OFF, gpu + ', "cpu_below_d": 64}'])
+    assert res.returncode == 0, res.stderr[-2000:]
+    split, plain = train_outputs(res.stdout), train_outputs(out_plain)
+    assert sorted(p for v in split.values() for p in v) == sorted(p for v in plain.values() for p in v)
+    for name, block in rule_blocks(res.stdout).items():
+        if not name.startswith("train_"):
+            continue
+        d = int(re.search(r"--d (\d+) ", block).group(1))
+        if d < 64:
+            assert re.fullmatch(r"train_(centred|uncentred)_d\d+_m\d+_seed\d+", name), name
+            assert "--device cpu" in block and "gpu=1" not in block and "train-jobs" not in block, name
+        else:
+            assert "--device cuda" in block and "gpu=1" in block and "--device cpu" not in block, name
+    _, out_cpu = dry_run(tmp_path, "config/config.yaml", config=['train={"seeds_per_job": 1, "cpu_below_d": 64}'])
+    assert train_outputs(out_cpu) == plain
 
 
 def test_jobs_per_process_trains_through_train_jobs(tmp_path):

@@ -84,17 +84,18 @@ def training_jobs():
     """The training jobs: registered trials with the same (root, scheme, d, m, rho, λ set),
     ``train.seeds_per_job`` seeds at a time (in seed order), as lists of trial keys. With
     ``train.merge_schemes``, the schemes of a (root, d, m, rho, λ set) that have the same seeds
-    share each job (one batch: keys scheme by scheme, each with the job's seeds)."""
-    per = TRAIN["seeds_per_job"]
+    share each job (one batch: keys scheme by scheme, each with the job's seeds). Jobs that
+    train.cpu_below_d moves to the CPU have one trial each."""
     by_cell = {}
     for key in sorted(TRIALS, key=lambda k: k[:5]):
         root, scheme, d, m, _seed, rho = key
         cell = (root, d, m, rho, tuple(sorted(TRIALS[key], reverse=True)))
         by_cell.setdefault(cell, {}).setdefault(scheme, []).append(key)
     jobs = []
-    for by_scheme in by_cell.values():
+    for (_root, d, *_), by_scheme in by_cell.items():
+        per = 1 if on_cpu(d) else TRAIN["seeds_per_job"]  # train.cpu_below_d: laid out as for a CPU
         seed_lists = {tuple(k[4] for k in keys) for keys in by_scheme.values()}
-        if TRAIN["merge_schemes"] and len(by_scheme) > 1 and len(seed_lists) == 1:
+        if TRAIN["merge_schemes"] and not on_cpu(d) and len(by_scheme) > 1 and len(seed_lists) == 1:
             n = len(next(iter(seed_lists)))
             jobs += [[k for keys in by_scheme.values() for k in keys[i:i + per]] for i in range(0, n, per)]
         else:
@@ -107,17 +108,32 @@ def training_processes():
     def work_per_step(keys):  # d·n·m per run (n = d) times the job's runs
         return keys[0][2] ** 2 * keys[0][3] * len(keys) * len(TRIALS[keys[0]])
 
-    return in_processes(training_jobs(), work_per_step)
+    return in_processes(training_jobs(), work_per_step, lambda keys: keys[0][2])
 
 
-def in_processes(jobs, work):
+def in_processes(jobs, work, dim):
     """Jobs grouped into processes: one each, or ``train.jobs_per_process`` at a time, the most
-    ``work`` together (so that a process's jobs end at similar times)."""
+    ``work`` together (so that a process's jobs end at similar times). Jobs whose dimension
+    ``dim(job)`` train.cpu_below_d moves to the CPU keep a process each (one core each)."""
     per = TRAIN["jobs_per_process"]
+    cpu = [[j] for j in jobs if on_cpu(dim(j))]
+    jobs = [j for j in jobs if not on_cpu(dim(j))]
     if per == 1:
-        return [[j] for j in jobs]
+        return [[j] for j in jobs] + cpu
     jobs = sorted(jobs, key=work, reverse=True)
-    return [jobs[i:i + per] for i in range(0, len(jobs), per)]
+    return [jobs[i:i + per] for i in range(0, len(jobs), per)] + cpu
+
+
+def on_cpu(d):
+    """Whether a training job at input dimension d runs on the CPU although train.device is a
+    GPU (or auto): d below train.cpu_below_d."""
+    below = TRAIN.get("cpu_below_d")
+    return below is not None and d < below and TRAIN["device"] != "cpu"
+
+
+def job_device(d):
+    """The --device of a training job at input dimension d (train.device, or cpu: on_cpu)."""
+    return "cpu" if on_cpu(d) else TRAIN["device"]
 
 
 def process_name(names):
@@ -132,7 +148,7 @@ def train_args(schemes, d, m, seeds, exps, root, rho=None, max_iters=None, loss_
             f" --lambda-exps {' '.join(map(str, exps))} --out {shlex.quote(str(root))}"
             f" --max-iters {TRAIN['max_iters'] if max_iters is None else max_iters} --n-log {TRAIN['n_log']}"
             f" --loss-convention {TRAIN['loss_convention']} --active-rule {TRAIN['active_rule']}"
-            f" --device {TRAIN['device']} --dtype {TRAIN['dtype']} --checkpoint-every {TRAIN['checkpoint_every_s']}")
+            f" --device {job_device(d)} --dtype {TRAIN['dtype']} --checkpoint-every {TRAIN['checkpoint_every_s']}")
     return (args + ("" if rho is None else f" --rho {rho!r}")
             + ("" if loss_target is None else f" --loss-target {loss_target!r}"))
 
@@ -221,7 +237,7 @@ def trial_resources(d, m, n_runs):
         res["slurm_partition"] = TRAIN["resources"]["slurm_partition"]
     if TRAIN["resources"].get("slurm_account"):
         res["slurm_account"] = TRAIN["resources"]["slurm_account"]
-    if str(TRAIN["device"]).startswith("cuda"):
+    if str(job_device(d)).startswith("cuda"):
         res["gpu"] = 1
     return res
 

@@ -109,7 +109,8 @@ if TT.get("enabled", False):
 
 # --- training jobs of this file (same command as train.smk, with this family's root and cap;
 # train.jobs_per_process of them per process as there; a job alone keeps its own rule) ---
-for _jobs in in_processes(DYN_JOBS, lambda j: j["d"] * j["n"] * j["m"] * len(j["seeds"]) * len(j["exps"])):
+for _jobs in in_processes(DYN_JOBS, lambda j: j["d"] * j["n"] * j["m"] * len(j["seeds"]) * len(j["exps"]),
+                          lambda j: j["d"]):
     if len(_jobs) == 1:
         _job = _jobs[0]
 
@@ -133,7 +134,7 @@ for _jobs in in_processes(DYN_JOBS, lambda j: j["d"] * j["n"] * j["m"] * len(j["
                 n_log=TRAIN["n_log"],
                 convention=TRAIN["loss_convention"],
                 active_rule=TRAIN["active_rule"],
-                device=TRAIN["device"],
+                device=job_device(_job["d"]),
                 dtype=TRAIN["dtype"],
                 checkpoint=TRAIN["checkpoint_every_s"],
             threads: TRAIN["threads"]

@@ -4,7 +4,8 @@
 # why a job is a trial). With train.jobs_per_process > 1, that many jobs share one process
 # (`python -m shallowrelu train-jobs`: side by side in threads, on a GPU each on its own stream);
 # a job alone keeps its own rule as before (the same params and command, so that existing
-# results stay current).
+# results stay current). train.cpu_below_d moves the small-d jobs of a GPU run to the CPU cores
+# (one trial per job and per process: common.smk on_cpu).
 # Included last by the Snakefile, after every family has registered its runs (request_runs).
 
 
@@ -34,7 +35,7 @@ for _jobs in training_processes():
                 convention=TRAIN["loss_convention"],
                 active_rule=TRAIN["active_rule"],
                 dtype=TRAIN["dtype"],
-                device=TRAIN["device"],
+                device=job_device(_d),
                 checkpoint=TRAIN["checkpoint_every_s"],
             threads: TRAIN["threads"]
             resources:
