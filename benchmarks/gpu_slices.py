@@ -29,9 +29,13 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+from shallowrelu.workflow_config import profile_config
 
 CONFIGS = [(4, 200), (16, 200), (64, 200), (256, 200), (1024, 200), (1024, 25), (1024, 50)]
-PROFILE_CPU_BELOW_D = 256  # profiles/gpu's train.cpu_below_d: smaller d train on the CPU cores there
+# profiles/gpu's train.cpu_below_d: smaller d train on the CPU cores there
+PROFILE_CPU_BELOW_D = profile_config(Path(__file__).resolve().parents[1] / "profiles" / "gpu")["train"]["cpu_below_d"]
 
 
 # Appendix I at paper size (config/paper.yaml's two_teacher): one job of 5 seeds at one rho

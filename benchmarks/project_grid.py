@@ -24,8 +24,11 @@ import json
 import sys
 from pathlib import Path
 
+from shallowrelu.workflow_config import profile_config
+
 CAP = 20_000_000
-PROFILE_CPU_BELOW_D = 256  # profiles/gpu's train.cpu_below_d: smaller d train on the CPU cores there
+# profiles/gpu's train.cpu_below_d: smaller d train on the CPU cores there
+PROFILE_CPU_BELOW_D = profile_config(Path(__file__).resolve().parents[1] / "profiles" / "gpu")["train"]["cpu_below_d"]
 
 
 def _measured(v: dict, key: str) -> float:

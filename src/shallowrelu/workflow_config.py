@@ -14,7 +14,8 @@ Two things the schema validator alone does badly:
 ``check_config`` runs the three in order; the Snakefile calls it before Snakemake's validation
 (which then only fills in the defaults), so a bad config fails before any job runs.
 
-``prepend_pythonpath`` lets every job import the package of the checkout it runs from.
+``prepend_pythonpath`` lets every job import the package of the checkout it runs from;
+``profile_config`` reads the config a Snakemake profile sets (e.g. profiles/gpu's train settings).
 """
 
 from __future__ import annotations
@@ -125,6 +126,14 @@ def _check(value: Any, node: dict[str, Any], root: dict[str, Any], where: str) -
             raise ValueError(f"unknown config key {key!r} in {where}; allowed keys there: {allowed}")
         elif isinstance(extra, dict):
             _check(sub_value, extra, root, here)
+
+
+def profile_config(profile_dir: str | Path) -> dict[str, Any]:
+    """The config a Snakemake profile sets: its ``config:`` entries ``KEY=VALUE`` (VALUE read as
+    YAML, as ``snakemake --config`` does), e.g. ``{"train": {"device": "cuda", ...}}``."""
+    with open(Path(profile_dir) / "config.yaml", encoding="utf-8") as fh:
+        entries = (yaml.safe_load(fh) or {}).get("config") or []
+    return {key: yaml.safe_load(value) for key, value in (str(e).split("=", 1) for e in entries)}
 
 
 def prepend_interpreter_path(executable: str | Path) -> str:
