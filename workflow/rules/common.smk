@@ -93,9 +93,10 @@ def training_jobs():
         by_cell.setdefault(cell, {}).setdefault(scheme, []).append(key)
     jobs = []
     for (_root, d, *_), by_scheme in by_cell.items():
-        per = 1 if on_cpu(d) else TRAIN["seeds_per_job"]  # train.cpu_below_d: laid out as for a CPU
+        cpu = on_cpu(d)  # train.cpu_below_d: laid out as for a CPU
+        per = 1 if cpu else TRAIN["seeds_per_job"]
         seed_lists = {tuple(k[4] for k in keys) for keys in by_scheme.values()}
-        if TRAIN["merge_schemes"] and not on_cpu(d) and len(by_scheme) > 1 and len(seed_lists) == 1:
+        if TRAIN["merge_schemes"] and not cpu and len(by_scheme) > 1 and len(seed_lists) == 1:
             n = len(next(iter(seed_lists)))
             jobs += [[k for keys in by_scheme.values() for k in keys[i:i + per]] for i in range(0, n, per)]
         else:
