@@ -44,7 +44,7 @@ from .io import _atomic_path
 from .measure import append_row, end_rule_stats, final_summary, measure, stack_history, to_rows
 from .model import batched_loss_and_gradients, get_convention, log_iterations
 from .steppers.base import Stepper, StepRule
-from .steppers.select import ENGINES, cuda_step, make_stepper
+from .steppers.select import ENGINES, cuda_step, make_stepper, spectral
 from .stops import classify_stops, dead_runs, nonfinite_runs
 
 ACTIVE_RULES = ("init", "end")
@@ -86,6 +86,7 @@ class TrainConfig:
 
         use_numba()  # SHALLOWRELU_KERNELS: a bad value (or 'numba' without numba) fails here, before any work
         cuda_step(resolve_device(self.device).type)  # SHALLOWRELU_CUDA_STEP likewise (and Triton for 'fused')
+        spectral("cpu", True)  # SHALLOWRELU_SPECTRAL likewise
         return self
 
     @property

@@ -258,6 +258,10 @@ def _cpu_kernels() -> str:
         return f"invalid ({exc})"
 
 
+def _env_or_default(name: str, default: str) -> str:
+    return os.environ.get(name, default).strip().lower() or default
+
+
 def provenance(device: str | None = None) -> dict[str, Any]:
     """Software, machine and source versions to store with every result."""
     if not _PROVENANCE_CACHE:
@@ -286,6 +290,7 @@ def provenance(device: str | None = None) -> dict[str, Any]:
         from .vectors import wide
 
         out["numba_wide_vectors"] = wide()  # 512-bit vectors in the compiled loops (vectors.py)
+    out["spectral"] = _env_or_default("SHALLOWRELU_SPECTRAL", "auto")  # steppers/select.py
     out["created_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if device is not None:
         out["device"] = device

@@ -13,10 +13,26 @@ from .compiled import CompiledStepper
 from .dense import DenseStepper
 from .grouped import GroupedStepper
 from .reference import ReferenceStepper
+from .spectral import SpectralStepper
 
 ENGINES = ("fast", "reference")
 CUDA_STEP_ENV = "SHALLOWRELU_CUDA_STEP"
 CUDA_STEPS = ("graphs", "fused")  # the CUDA dense step: CUDA graphs of the torch step, or the fused kernel
+SPECTRAL_ENV = "SHALLOWRELU_SPECTRAL"
+SPECTRAL_CHOICES = ("auto", "on", "off")  # auto: with the stable phase on the CPU (not yet measured on CUDA)
+
+
+def spectral(device_type: str, grouped: bool) -> bool:
+    """SHALLOWRELU_SPECTRAL: whether the spectral stepper (steppers/spectral.py) goes in front of the
+    stable phase's grouped one: 'auto' (default) on the CPU, 'on' on any device, 'off' never; only
+    with the stable phase (``grouped``). The value is checked in every case."""
+    v = env_choice(SPECTRAL_ENV, SPECTRAL_CHOICES)
+    return grouped and (v == "on" or (v == "auto" and device_type == "cpu"))
+
+
+def spectral_choice(value: str) -> AbstractContextManager[None]:
+    """SHALLOWRELU_SPECTRAL=value inside the block (checked first)."""
+    return env_setting(SPECTRAL_ENV, value, lambda: spectral("cpu", True))
 
 
 def cuda_step(device_type: str | None = None) -> str:
@@ -48,4 +64,7 @@ def make_stepper(engine: str, rule: StepRule, device_type: str, grouped: bool, c
     dense: Any = (CompiledStepper if device_type == "cpu" and kernels.use_numba() else DenseStepper)(rule, check_every)
     if device_type == "cuda" and step == "fused":
         dense = fused.FusedStepper(rule, check_every, fallback=dense)
-    return GroupedStepper(rule, dense, check_every) if grouped else dense
+    if not grouped:
+        return dense
+    stable = GroupedStepper(rule, dense, check_every)
+    return SpectralStepper(rule, stable, check_every) if spectral(device_type, grouped) else stable

@@ -1,0 +1,165 @@
+"""The spectral stepper (steppers/spectral.py) against the single-run oracle (model.reference_train)
+and the reference stepper: identical stop iterations and reasons, parameters within 1e-10
+relative, with runs in and out of the singular basis in one batch, runs stopping at the loss
+target inside a chunk, and runs whose certification fails (exact check, hand-over to the fallback)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from oracle import assert_matches_reference
+
+from shallowrelu import kernels
+from shallowrelu.bench import light_batch
+from shallowrelu.datasets import make_trial
+from shallowrelu.engine import RunSpec, TrainConfig, train
+from shallowrelu.steppers import grouped, spectral
+from shallowrelu.steppers.base import StepRule
+from shallowrelu.steppers.reference import ReferenceStepper
+from shallowrelu.steppers.select import SPECTRAL_ENV, make_stepper, spectral_choice
+from shallowrelu.steppers.spectral import SpectralStepper, classify
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+RULE = StepRule(2.0, 0.01, 1e-9)  # the authors' convention
+
+
+@pytest.fixture(params=["numba", "torch"])
+def compiled(request):
+    if request.param == "numba" and not kernels.use_numba():
+        pytest.skip("numba not importable")
+    return request.param == "numba"
+
+
+@pytest.fixture
+def counters(monkeypatch):
+    c: dict[str, int] = {}
+    monkeypatch.setattr(spectral, "COUNTERS", c)
+    return c
+
+
+@pytest.fixture
+def small_sizes(monkeypatch):
+    """The tests' d = 16 would otherwise stay with the fallback (MIN_POINTS_X_DIM, MIN_STEPS)."""
+    monkeypatch.setattr(spectral, "MIN_POINTS_X_DIM", 0)
+    monkeypatch.setattr(spectral, "MIN_STEPS", 64)
+    monkeypatch.setattr(grouped, "MIN_POINTS_X_DIM", 0)
+
+
+@pytest.fixture(scope="module")
+def late_state():
+    """Rich and lazy runs on two datasets (d = 16, m = 25) after 3000 steps: the rich
+    uncentred runs have one group on all points (eligible), others not."""
+    specs = [RunSpec(make_trial(s, 16, 25, k), 4.0**e, f"{s}{e}") for s, k in (("uncentred", 0), ("centred", 1))
+             for e in (1, -4, -7, -9)]
+    b = light_batch(specs, torch.device("cpu"))
+    make_stepper("fast", RULE, "cpu", False).advance(b, 0, 3000)
+    return b
+
+
+def _rel(x: torch.Tensor, ref: torch.Tensor) -> float:
+    return float(((x - ref).abs() / ref.abs().max()).max())
+
+
+@pytest.mark.parametrize("target", [1e-9, "mid"])
+def test_spectral_matches_the_reference_stepper(late_state, compiled, counters, small_sizes, target):
+    """Some runs eligible, some not (the fallback), 4000 steps; ``mid``: a loss target met inside
+    the chunk by some eligible runs (identical stop iterations)."""
+    b0 = late_state
+    small = 2 if compiled else 0  # min(SMALL_POINTS, n/8)
+    ok = torch.cat([classify(b0.W[idx], b0.X[t], small)[0] for t, idx in
+                    enumerate(torch.tensor(g) for g in b0.trial_groups())])
+    assert 0 < int(ok.sum()) < b0.n_runs
+    rule = RULE
+    if target == "mid":  # between the eligible runs' objectives now and after 4000 steps
+        probe = b0.take(torch.arange(b0.n_runs))
+        ReferenceStepper(RULE).advance(probe, 3000, 4000)
+        from shallowrelu.model import batched_objective
+        lo = batched_objective(probe.W, probe.a, probe.run_X(), probe.run_y(), 2.0)[ok].min()
+        hi = batched_objective(b0.W, b0.a, b0.run_X(), b0.run_y(), 2.0)[ok].max()
+        rule = StepRule(2.0, 0.01, float((lo * hi) ** 0.5))
+    ref = b0.take(torch.arange(b0.n_runs))
+    ReferenceStepper(rule).advance(ref, 3000, 4000)
+    got = b0.take(torch.arange(b0.n_runs))
+    SpectralStepper(rule, ReferenceStepper(rule), compiled=compiled).advance(got, 3000, 4000)
+    assert torch.equal(got.stop_iter, ref.stop_iter) and torch.equal(got.running, ref.running)
+    if target == "mid":
+        assert int((ref.stop_iter >= 3000).sum()) > 0
+    assert _rel(got.W, ref.W) < 1e-12 and _rel(got.a, ref.a) < 1e-12
+    assert counters["spectral_runs"] == int(ok.sum()) and counters["spectral_steps"] > 0
+    assert (counters.get("few_point", 0) > 0) == compiled  # neurons on ≤ 2 points (compiled path)
+
+
+def test_failed_certification_hands_runs_to_the_fallback(late_state, compiled, counters, small_sizes, monkeypatch):
+    """Margins shrunk a million-fold: bounds reach them within blocks, the exact check at the
+    run's current state renews them, and a run whose bound reaches them again within
+    MIN_REFRESH_STEPS leaves for the fallback there; the iterates stay the reference's."""
+    real = spectral.classify
+
+    def tight(W, Xt, small_points=0):
+        *rest, margin = real(W, Xt, small_points)
+        return (*rest, margin * 1e-6)
+
+    monkeypatch.setattr(spectral, "classify", tight)
+    b0 = late_state
+    ref = b0.take(torch.arange(b0.n_runs))
+    ReferenceStepper(RULE).advance(ref, 3000, 3000)
+    got = b0.take(torch.arange(b0.n_runs))
+    SpectralStepper(RULE, ReferenceStepper(RULE), compiled=compiled).advance(got, 3000, 3000)
+    assert torch.equal(got.stop_iter, ref.stop_iter) and torch.equal(got.running, ref.running)
+    assert _rel(got.W, ref.W) < 1e-12 and _rel(got.a, ref.a) < 1e-12
+    assert counters["relaid"] > 0 and counters["left"] > 0
+
+
+def test_unchanged_weights_keep_their_bits(late_state, compiled, small_sizes):
+    """A run with a zero learning rate: W comes back bit for bit (W₀ + (Ω − Ω₀)·U with Ω = Ω₀), so
+    the authors' "frozen" rule still sees unchanged weights."""
+    b = late_state.take(torch.arange(late_state.n_runs))
+    W0 = b.W.clone()
+    still = StepRule(2.0, 0.0, 1e-9)
+    SpectralStepper(still, ReferenceStepper(still), compiled=compiled).advance(b, 0, 500)
+    assert torch.equal(b.W, W0)
+
+
+def test_classify_main_few_point_and_dead_neurons():
+    X = torch.eye(3, dtype=torch.float64) + 0.1
+    W = torch.tensor([[[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]],  # main, dead: eligible
+                      [[1.0, 1.0, 1.0], [1.0, -5.0, -5.0]],  # main, one on one point only: few-point
+                      [[-1.0, -1.0, -1.0], [-2.0, -1.0, -1.0]]], dtype=torch.float64)  # all dead: not
+    ok, main, small, cand, margin = classify(W, X)
+    assert ok.tolist() == [True, False, False]
+    assert main[0].tolist() == [True, False] and margin[0, 1] == float("inf") and 0 < margin[0, 0] < 1.3
+    ok, main, small, cand, margin = classify(W, X, small_points=1)
+    assert ok.tolist() == [True, True, False] and small[1].tolist() == [False, True]
+    assert cand[1, 1].tolist() == [True, False, False]
+    # its margin: over its other points, min (-w·x_i - rounding)/|x_i| (w·x_1 = w·x_2 = -5.9)
+    assert margin[1, 1] == pytest.approx(5.9 / float(torch.linalg.vector_norm(X[1])), rel=1e-9)
+
+
+@pytest.mark.parametrize("scheme", ["centred", "uncentred"])
+def test_engine_with_spectral_matches_the_oracle(compiled, counters, small_sizes, monkeypatch, scheme):
+    """engine.train with the default stack (spectral in front of the grouped stepper) against
+    model.reference_train: stop iterations and reasons, W, a, logged losses."""
+    monkeypatch.setenv(kernels.ENV, "numba" if compiled else "torch")
+    tr = make_trial(scheme, 16, 25, 5)
+    specs = [RunSpec(tr, 4.0**e, f"{scheme}{e}") for e in (0, -5, -8)]
+    cfg = TrainConfig(max_iters=8000, n_log=12, device="cpu", stable_phase="on")
+    for spec, res in zip(specs, train(specs, cfg, progress=False)):
+        assert_matches_reference(res, spec.trial, spec.lam, 8000, 12)
+    assert counters.get("spectral_steps", 0) > 0
+
+
+def test_spectral_choice(monkeypatch):
+    """SHALLOWRELU_SPECTRAL: auto (with the stable phase on the CPU), on, off; a bad value refused
+    before training."""
+    monkeypatch.delenv(SPECTRAL_ENV, raising=False)
+    assert isinstance(make_stepper("fast", RULE, "cpu", True), SpectralStepper)
+    assert not isinstance(make_stepper("fast", RULE, "cpu", False), SpectralStepper)
+    assert isinstance(make_stepper("fast", RULE, "cpu", True).fallback, grouped.GroupedStepper)
+    with spectral_choice("off"):
+        assert not isinstance(make_stepper("fast", RULE, "cpu", True), SpectralStepper)
+    with spectral_choice("on"):
+        from shallowrelu.steppers.select import spectral as decide
+        assert decide("cuda", True) and not decide("cuda", False)
+    monkeypatch.setenv(SPECTRAL_ENV, "sometimes")
+    with pytest.raises(ValueError, match="SHALLOWRELU_SPECTRAL='sometimes'.*auto, on, off"):
+        TrainConfig(max_iters=10).validate()
