@@ -49,6 +49,8 @@ MIN_POINTS_X_DIM = 4096  # n·d below this: the fallback (launch- or call-bound 
 SMALL_POINTS = 64  # compiled path: neurons with at most min(this, n/8) candidate points join as few-point neurons
 BLOCK_STEPS = 128  # torch path: steps between certification checks (one host synchronisation each)
 BOUND_SLACK = 1e-6  # relative slack on the movement bound (rounding of the rotation and the sums)
+NEAR = 0.01  # few-point neurons: also points within this·‖w_j‖ of the boundary are candidates,
+NEAR_EXTRA = 4  # at most this many more (and at most the limit)
 MIN_REFRESH_STEPS = 64  # a run whose bound reaches a margin sooner after its layout leaves
 COUNTERS: dict[str, int] = {}  # diagnostics since import: spectral_runs, spectral_steps, few_point, relaid, left
 
@@ -59,23 +61,33 @@ def _count(name: str, v: int) -> None:
 
 def classify(W: torch.Tensor, Xt: torch.Tensor, small_points: int = 0) -> tuple[torch.Tensor, ...]:
     """Runs W (R, m, d) on one dataset Xt (n, d): ``ok`` (R,) every neuron certainly active on all
-    points (main), certainly dead, or with at most ``small_points`` candidate points (few-point),
-    and some neuron not dead; ``main``, ``small`` (R, m); ``cand`` (R, m, n) the points not
-    certainly inactive; ``margin`` (R, m): a main neuron's over all points, a few-point neuron's
-    over its other points, inf for the rest."""
+    points (main), certainly dead, or with at most ``small_points`` points not certainly inactive
+    (few-point), and some neuron not dead; ``main``, ``small`` (R, m); ``cand`` (R, m, n) a
+    few-point neuron's candidate points: those not certainly inactive and the NEAR_EXTRA nearest
+    others within NEAR·‖w_j‖ of its boundary, at most ``small_points`` (so that its margin is not
+    a rounding's width); ``margin`` (R, m): a main neuron's over all points, a few-point
+    neuron's over its other points, inf for the rest."""
     pre = torch.matmul(W, Xt.T)  # (R, m, n)
     xn = torch.linalg.vector_norm(Xt, dim=-1)
-    rnd = rounding_bound(torch.linalg.vector_norm(W, dim=-1), xn, Xt.shape[-1])
-    cand = pre > -rnd
+    wn = torch.linalg.vector_norm(W, dim=-1)
+    rnd = rounding_bound(wn, xn, Xt.shape[-1])
+    must = pre > -rnd  # by score = pre/‖x_i‖ these are the top ones: rnd/‖x_i‖ is one value per neuron
     main = (pre > rnd).all(-1)
-    dead = ~cand.any(-1)
-    small = ~main & ~dead & (cand.sum(-1) <= small_points)
+    dead = ~must.any(-1)
+    small = ~main & ~dead & (must.sum(-1) <= small_points)
     ok = (main | dead | small).all(-1) & (main | small).any(-1)
+    score = pre / xn
+    n_must = must.sum(-1)
+    near = (score > -NEAR * wn[..., None]).sum(-1)
+    most = torch.clamp(n_must + NEAR_EXTRA, max=small_points)
+    take = torch.maximum(n_must, torch.minimum(near, most))  # the top-scored points taken as candidates
+    rank = torch.argsort(torch.argsort(score, dim=-1, descending=True, stable=True), dim=-1)
+    cand = rank < take[..., None]
     inf = float("inf")
     m_main = ((pre - rnd) / xn).amin(-1)
     m_small = ((-pre - rnd) / xn).masked_fill(cand, inf).amin(-1)
     margin = torch.where(main, m_main, torch.where(small, m_small, torch.full_like(m_main, inf)))
-    return ok, main, small, cand, margin
+    return ok, main, small, cand & small[..., None], margin
 
 
 class _Basis:
