@@ -62,11 +62,11 @@ def _count(name: str, v: int) -> None:
 def classify(W: torch.Tensor, Xt: torch.Tensor, small_points: int = 0) -> tuple[torch.Tensor, ...]:
     """Runs W (R, m, d) on one dataset Xt (n, d): ``ok`` (R,) every neuron certainly active on all
     points (main), certainly dead, or with at most ``small_points`` points not certainly inactive
-    (few-point), and some neuron not dead; ``main``, ``small`` (R, m); ``cand`` (R, m, n) a
-    few-point neuron's candidate points: those not certainly inactive and the NEAR_EXTRA nearest
-    others within NEAR·‖w_j‖ of its boundary, at most ``small_points`` (so that its margin is not
-    a rounding's width); ``margin`` (R, m): a main neuron's over all points, a few-point
-    neuron's over its other points, inf for the rest."""
+    (few-point), some neuron not dead, and at most ``small_points`` candidate points in all;
+    ``main``, ``small`` (R, m); ``cand`` (R, m, n) a few-point neuron's candidate points: those not
+    certainly inactive and the NEAR_EXTRA nearest others within NEAR·‖w_j‖ of its boundary, at
+    most ``small_points`` (so that its margin is not a rounding's width); ``margin`` (R, m): a main
+    neuron's over all points, a few-point neuron's over its other points, inf for the rest."""
     pre = torch.matmul(W, Xt.T)  # (R, m, n)
     xn = torch.linalg.vector_norm(Xt, dim=-1)
     wn = torch.linalg.vector_norm(W, dim=-1)
@@ -87,7 +87,9 @@ def classify(W: torch.Tensor, Xt: torch.Tensor, small_points: int = 0) -> tuple[
     m_main = ((pre - rnd) / xn).amin(-1)
     m_small = ((-pre - rnd) / xn).masked_fill(cand, inf).amin(-1)
     margin = torch.where(main, m_main, torch.where(small, m_small, torch.full_like(m_main, inf)))
-    return ok, main, small, cand & small[..., None], margin
+    cand &= small[..., None]
+    ok &= cand.sum((-2, -1)) <= small_points  # few-point neurons' points read X and V rows every step: few
+    return ok, main, small, cand, margin
 
 
 class _Basis:
