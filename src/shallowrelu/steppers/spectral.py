@@ -280,17 +280,92 @@ class _State:
 
 
 @_njit(fast=True)
+def _few_point_beta(e, a, sm_ptr, sm_j, c_ptr, c_pts, Ws, X, V, zc, beta):  # pragma: no cover - compiled
+    """Run e's few-point neurons: exact pre-activations on their candidate points into zc, their
+    share of h taken off β = Vᵀr through V's rows."""
+    d, k = X.shape[1], V.shape[1]
+    for s in range(sm_ptr[e], sm_ptr[e + 1]):
+        aj = a[e, sm_j[s]]
+        for p in range(c_ptr[s], c_ptr[s + 1]):
+            i = c_pts[p]
+            z = 0.0
+            for q in range(d):
+                z += Ws[s, q] * X[i, q]
+            zc[p] = z
+            if z > 0.0:
+                h = aj * z
+                for q in range(k):
+                    beta[q] -= h * V[i, q]
+
+
+@_njit(fast=True)
+def _few_point_update(e, a, sm_ptr, sm_j, c_ptr, c_pts, Ws, X, V, zc, beta, gs, c, moved, margin,
+                      slack):  # pragma: no cover - compiled
+    """Run e's few-point neurons' step (r_i = V_i·β on their active points); True where some
+    neuron's movement bound reached its margin."""
+    d, k = X.shape[1], V.shape[1]
+    hit = False
+    for s in range(sm_ptr[e], sm_ptr[e + 1]):
+        j = sm_j[s]
+        aj = a[e, j]
+        ga = 0.0
+        for q in range(d):
+            gs[q] = 0.0
+        for p in range(c_ptr[s], c_ptr[s + 1]):
+            if zc[p] > 0.0:
+                i = c_pts[p]
+                ri = 0.0
+                for q in range(k):
+                    ri += V[i, q] * beta[q]
+                ga += zc[p] * ri
+                for q in range(d):
+                    gs[q] += ri * X[i, q]
+        gsn = 0.0
+        for q in range(d):
+            gsn += gs[q] * gs[q]
+        sc = c * aj
+        for q in range(d):
+            Ws[s, q] += sc * gs[q]
+        a[e, j] = aj + c * ga
+        moved[e, j] += c * abs(aj) * np.sqrt(gsn)
+        if moved[e, j] * (1.0 + slack) >= margin[e, j]:
+            hit = True
+    return hit
+
+
+@_njit(fast=True)
+def _main_update(e, Om, a, main, gt, gn, c, moved, margin, slack):  # pragma: no cover - compiled
+    """Run e's main neurons' step in the basis (with the old ω_j and a_j); True where some
+    neuron's movement bound reached its margin."""
+    m, k = Om.shape[1], Om.shape[2]
+    hit = False
+    for j in range(m):
+        if main[e, j]:
+            aj = a[e, j]
+            wg = 0.0
+            for q in range(k):
+                wg += Om[e, j, q] * gt[q]
+            sc = c * aj
+            for q in range(k):
+                Om[e, j, q] += sc * gt[q]
+            a[e, j] = aj + c * wg
+            moved[e, j] += c * abs(aj) * gn
+            if moved[e, j] * (1.0 + slack) >= margin[e, j]:
+                hit = True
+    return hit
+
+
+@_njit(fast=True)
 def _spectral_steps(Om, a, main, running, stop_iter, t, moved, margin, over, S, yt, rperp2, c, kappa, target, n,
                     end, slack, X, V, sm_ptr, sm_j, Ws, c_ptr, c_pts):  # pragma: no cover - compiled
     """Each run e (independently, one after another: its Ω stays in cache) from t[e] to ``end``:
     the step of the module docstring with the stop test first; stops early, with over[e] set,
     after the step that takes some neuron's movement bound to its margin."""
     E, m, k = Om.shape
-    d = X.shape[1]
     alpha = np.empty(k)
     beta = np.empty(k)
     gt = np.empty(k)
-    gs = np.empty(d)
+    gs = np.empty(X.shape[1])
     zc = np.empty(c_pts.shape[0])
     for e in range(E):
         if over[e]:
@@ -305,18 +380,7 @@ def _spectral_steps(Om, a, main, running, stop_iter, t, moved, margin, over, S, 
                         alpha[q] += aj * Om[e, j, q]
             for q in range(k):
                 beta[q] = yt[q] - S[q] * alpha[q]
-            for s in range(sm_ptr[e], sm_ptr[e + 1]):  # few-point neurons: exact pre-activations
-                aj = a[e, sm_j[s]]
-                for p in range(c_ptr[s], c_ptr[s + 1]):
-                    i = c_pts[p]
-                    z = 0.0
-                    for q in range(d):
-                        z += Ws[s, q] * X[i, q]
-                    zc[p] = z
-                    if z > 0.0:
-                        h = aj * z
-                        for q in range(k):
-                            beta[q] -= h * V[i, q]
+            _few_point_beta(e, a, sm_ptr, sm_j, c_ptr, c_pts, Ws, X, V, zc, beta)
             ss = 0.0
             gn2 = 0.0
             for q in range(k):
@@ -327,46 +391,8 @@ def _spectral_steps(Om, a, main, running, stop_iter, t, moved, margin, over, S, 
                 stop_iter[e] = t[e]
                 running[e] = False
                 break
-            gn = np.sqrt(gn2)
-            hit = False
-            for s in range(sm_ptr[e], sm_ptr[e + 1]):
-                j = sm_j[s]
-                aj = a[e, j]
-                ga = 0.0
-                for q in range(d):
-                    gs[q] = 0.0
-                for p in range(c_ptr[s], c_ptr[s + 1]):
-                    if zc[p] > 0.0:
-                        i = c_pts[p]
-                        ri = 0.0
-                        for q in range(k):
-                            ri += V[i, q] * beta[q]
-                        ga += zc[p] * ri
-                        for q in range(d):
-                            gs[q] += ri * X[i, q]
-                gsn = 0.0
-                for q in range(d):
-                    gsn += gs[q] * gs[q]
-                sc = c * aj
-                for q in range(d):
-                    Ws[s, q] += sc * gs[q]
-                a[e, j] = aj + c * ga
-                moved[e, j] += c * abs(aj) * np.sqrt(gsn)
-                if moved[e, j] * (1.0 + slack) >= margin[e, j]:
-                    hit = True
-            for j in range(m):
-                if main[e, j]:
-                    aj = a[e, j]
-                    wg = 0.0
-                    for q in range(k):
-                        wg += Om[e, j, q] * gt[q]
-                    sc = c * aj
-                    for q in range(k):
-                        Om[e, j, q] += sc * gt[q]
-                    a[e, j] = aj + c * wg
-                    moved[e, j] += c * abs(aj) * gn
-                    if moved[e, j] * (1.0 + slack) >= margin[e, j]:
-                        hit = True
+            hit = _few_point_update(e, a, sm_ptr, sm_j, c_ptr, c_pts, Ws, X, V, zc, beta, gs, c, moved, margin, slack)
+            hit |= _main_update(e, Om, a, main, gt, np.sqrt(gn2), c, moved, margin, slack)
             t[e] += 1
             if hit:
                 over[e] = True
