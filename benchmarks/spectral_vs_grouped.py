@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
         idx = torch.tensor(runs)
         ok[idx] = spectral.classify(b.W[idx], b.X[int(b.trial[idx[0]])], limit)[0]
     idx = torch.nonzero(ok).flatten() if which == "eligible" else torch.arange(b.n_runs)
-    t0 = int(st["histories"][next(iter(st["histories"]))][-1]["iteration"])
+    t0 = max(int(h[-1]["iteration"]) for h in st["histories"].values() if h)  # the last logging point
     print(f"{ck}: iteration {t0:,}, runs {idx.tolist()}, eligible now {ok.int().tolist()}")
     rows, out = [], {}
     for choice in ("on", "off", "on"):
