@@ -163,3 +163,26 @@ def test_spectral_choice(monkeypatch):
     monkeypatch.setenv(SPECTRAL_ENV, "sometimes")
     with pytest.raises(ValueError, match="SHALLOWRELU_SPECTRAL='sometimes'.*auto, on, off"):
         TrainConfig(max_iters=10).validate()
+
+
+def test_benchmark_script_on_a_checkpoint(late_state, small_sizes, tmp_path, capsys):
+    """benchmarks/spectral_vs_grouped.py on a checkpoint file: its on/off record, the states agreeing."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from shallowrelu.engine import _write_checkpoint
+
+    keys = [f"k{i}" for i in range(late_state.n_runs)]
+    ck = tmp_path / ".checkpoint-test.pkl"
+    _write_checkpoint(ck, {"batch": late_state.state(), "histories": {k: [{"iteration": 3000}] for k in keys}})
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "spectral_vs_grouped.py"
+    spec = importlib.util.spec_from_file_location("spectral_vs_grouped", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main([str(ck), "eligible", "1024", str(tmp_path / "rec.json")]) == 0
+    rec = json.loads((tmp_path / "rec.json").read_text())
+    assert rec["iteration"] == 3000 and rec["stops_identical"] and rec["max_rel_diff_W"] < 1e-12
+    assert [r["spectral"] for r in rec["timings"]] == ["on", "off", "on"]
+    assert rec["timings"][0]["counters"]["spectral_steps"] > 0 and rec["timings"][1]["counters"] == {}
+    assert mod.main([str(ck), "some"]) == 2 and "Usage" in capsys.readouterr().out
