@@ -186,3 +186,29 @@ def test_benchmark_script_on_a_checkpoint(late_state, small_sizes, tmp_path, cap
     assert [r["spectral"] for r in rec["timings"]] == ["on", "off", "on"]
     assert rec["timings"][0]["counters"]["spectral_steps"] > 0 and rec["timings"][1]["counters"] == {}
     assert mod.main([str(ck), "some"]) == 2 and "Usage" in capsys.readouterr().out
+
+
+def test_layout_weights_of_any_rows(late_state):
+    """_State.weights(rows) is weights(all)[rows] for any subset: main neurons from Ω, few-point
+    ones as stepped (here: moved by hand, differently per run), dead ones untouched."""
+    r = next(r for r in range(late_state.n_runs)  # a run with a few-point neuron
+             if bool(classify(late_state.W[r:r + 1], late_state.X[late_state.trial[r]], 2)[2].any()))
+    Xt, E = late_state.X[late_state.trial[r]], 4
+    W = late_state.W[r:r + 1].repeat(E, 1, 1) * torch.linspace(1.0, 1.001, E, dtype=torch.float64)[:, None, None]
+    a = late_state.a[r:r + 1].repeat(E, 1)
+    bs = spectral._Basis(Xt, late_state.y[late_state.trial[r]])
+    t = torch.zeros(E, dtype=torch.long)
+    st = spectral._State(W.clone(), a, torch.ones(E, dtype=torch.bool), torch.full((E,), -1, dtype=torch.long),
+                         t, t, bs, 2, True)
+    assert st.sm_e.tolist() == sorted(st.sm_e.tolist()) and set(st.sm_e.tolist()) == set(range(E))
+    st.Ws += torch.arange(1, st.Ws.shape[0] + 1, dtype=torch.float64)[:, None]
+    st.Om += 0.5 * st.mainf[..., None]  # as the steps do: main neurons only
+    every = st.weights(torch.ones(E, dtype=torch.bool))
+    for rows in ([0, 2], [1], [1, 3], [3]):
+        mask = torch.zeros(E, dtype=torch.bool)
+        mask[rows] = True
+        assert torch.equal(st.weights(mask), every[mask])
+    assert torch.equal(every[st.sm_e, st.sm_j], st.Ws)
+    other = ~st.main
+    other[st.sm_e, st.sm_j] = False
+    assert bool(other.any()) and torch.equal(every[other], W[other])  # dead neurons keep their bits

@@ -267,9 +267,11 @@ class _State:
     def weights(self, rows: torch.Tensor) -> torch.Tensor:
         """W of ``rows`` (bool): main neurons W₀ + (Ω − Ω₀)·U (a neuron whose ω never changed keeps
         its bits), few-point neurons as stepped, dead ones as they were."""
-        W = self.W0 + torch.matmul(self.Om - self.Om0, self.bs.Uh)
-        W[self.sm_e, self.sm_j] = self.Ws
-        return W[rows]
+        W = self.W0[rows] + torch.matmul(self.Om[rows] - self.Om0[rows], self.bs.Uh)
+        sel = rows[self.sm_e]  # few-point neurons of these rows, at their rows' positions in W
+        pos = torch.cumsum(rows.long(), 0) - 1
+        W[pos[self.sm_e[sel]], self.sm_j[sel]] = self.Ws[sel]
+        return W
 
     def snapshot(self) -> tuple[torch.Tensor, ...]:
         return tuple(x.clone() for x in (self.Om, self.a, self.running, self.stop_iter, self.moved))
