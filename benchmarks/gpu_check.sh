@@ -3,8 +3,8 @@
 # every record written under $OUT:
 #   1. versions (nvidia-smi, torch, numba, triton);
 #   2. equality on CUDA: the fused Triton stepper compiled for the GPU (tests/test_fused.py), then the
-#      dense and grouped steppers and the fault tests against the CPU reference oracle
-#      (tests/test_dense.py, test_grouped.py, test_faults.py -k cuda);
+#      dense, grouped and spectral steppers and the fault tests against the CPU reference oracle
+#      (tests/test_dense.py, test_grouped.py, test_spectral.py, test_faults.py -k cuda);
 #   3. the fused stepper's settings (warps, float64 dot or not) against the CUDA-graph step at
 #      d = 4, 16, 64 (fused-sweep.json, benchmarks/fused_sweep.py);
 #   4. the CUDA benchmark (bench-cuda.json): naive loop, dense, grouped and (d <= 64) fused steppers
@@ -42,8 +42,9 @@ say "== versions"
 if [ -z "${SKIP_CHECKS:-}" ]; then
   say "== the fused Triton stepper compiled for the GPU vs the reference stepper"
   timeout 80 "$PY" -m pytest -q -p no:cacheprovider tests/test_fused.py 2>&1 | tail -15 | tee -a "$LOG"
-  say "== equality tests on CUDA (dense and grouped steppers, faults) vs the CPU reference oracle"
-  timeout 100 "$PY" -m pytest -q -p no:cacheprovider tests/test_dense.py tests/test_grouped.py tests/test_faults.py \
+  say "== equality tests on CUDA (dense, grouped and spectral steppers, faults) vs the CPU reference oracle"
+  timeout 100 "$PY" -m pytest -q -p no:cacheprovider tests/test_dense.py tests/test_grouped.py tests/test_spectral.py \
+      tests/test_faults.py \
       -k "cuda" 2>&1 | tail -15 | tee -a "$LOG"
   say "== fused stepper settings vs CUDA graphs (fused-sweep.json)"
   timeout 75 "$PY" benchmarks/fused_sweep.py --device "$DEVICE" --warps 4 8 --out "$OUT/fused-sweep.json" 2>&1 \

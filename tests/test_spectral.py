@@ -212,3 +212,22 @@ def test_layout_weights_of_any_rows(late_state):
     other = ~st.main
     other[st.sm_e, st.sm_j] = False
     assert bool(other.any()) and torch.equal(every[other], W[other])  # dead neurons keep their bits
+
+
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+def test_spectral_stack_on_device_matches_the_cpu_reference(late_state, counters, small_sizes, device):
+    """SHALLOWRELU_SPECTRAL=on with the device's whole stack (on CUDA: the spectral torch path in front
+    of the grouped stepper's CUDA graphs and the dense step) from the same state as the CPU reference
+    stepper: identical stops, W and a within 1e-12 (benchmarks/gpu_check.sh runs the cuda case)."""
+    from shallowrelu.batch import Batch
+
+    ref = late_state.take(torch.arange(late_state.n_runs))
+    ReferenceStepper(RULE).advance(ref, 3000, 4000)
+    got = Batch.from_state(late_state.state(), torch.device(device))
+    with spectral_choice("on"):
+        stack = make_stepper("fast", RULE, device, True)
+    assert isinstance(stack, SpectralStepper)
+    stack.advance(got, 3000, 4000)
+    assert torch.equal(got.stop_iter.cpu(), ref.stop_iter) and torch.equal(got.running.cpu(), ref.running)
+    assert _rel(got.W.cpu(), ref.W) < 1e-12 and _rel(got.a.cpu(), ref.a) < 1e-12
+    assert counters["spectral_steps"] > 0
