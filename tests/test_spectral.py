@@ -231,3 +231,18 @@ def test_spectral_stack_on_device_matches_the_cpu_reference(late_state, counters
     assert torch.equal(got.stop_iter.cpu(), ref.stop_iter) and torch.equal(got.running.cpu(), ref.running)
     assert _rel(got.W.cpu(), ref.W) < 1e-12 and _rel(got.a.cpu(), ref.a) < 1e-12
     assert counters["spectral_steps"] > 0
+
+
+def test_float32_batches_stay_with_the_fallback(late_state, counters, small_sizes):
+    """The movement bound's slack covers float64 rounding only: a float32 batch is not taken."""
+    b = late_state.take(torch.arange(late_state.n_runs))
+    b.W, b.a, b.X, b.y = b.W.float(), b.a.float(), b.X.float(), b.y.float()
+    seen = []
+
+    class Fallback:
+        def advance(self, batch, t0, count):
+            seen.append(batch.n_runs)
+            return count
+
+    SpectralStepper(RULE, Fallback()).advance(b, 3000, 2000)
+    assert seen == [b.n_runs] and "spectral_runs" not in counters

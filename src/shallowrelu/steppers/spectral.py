@@ -128,7 +128,8 @@ class SpectralStepper:
         return b.W.device.type == "cpu" and kernels.use_numba() if self.compiled is None else self.compiled
 
     def advance(self, b: Any, t0: int, count: int) -> int:
-        if count < MIN_STEPS or b.X.shape[1] * b.X.shape[2] < MIN_POINTS_X_DIM:
+        # float64 only: BOUND_SLACK covers the rotation's rounding in float64, not in float32
+        if count < MIN_STEPS or b.X.shape[1] * b.X.shape[2] < MIN_POINTS_X_DIM or b.W.dtype != torch.float64:
             return self.fallback.advance(b, t0, count)
         compiled = self._compiled(b)
         # few-point neurons: the compiled loop only, and n ≤ d (V square: r = V β)
