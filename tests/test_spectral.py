@@ -199,7 +199,7 @@ def test_layout_weights_of_any_rows(late_state):
     bs = spectral._Basis(Xt, late_state.y[late_state.trial[r]])
     t = torch.zeros(E, dtype=torch.long)
     st = spectral._State(W.clone(), a, torch.ones(E, dtype=torch.bool), torch.full((E,), -1, dtype=torch.long),
-                         t, t, bs, 2, True)
+                         t, t, bs, classify(W, Xt, 2)[1:], True)
     assert st.sm_e.tolist() == sorted(st.sm_e.tolist()) and set(st.sm_e.tolist()) == set(range(E))
     st.Ws += torch.arange(1, st.Ws.shape[0] + 1, dtype=torch.float64)[:, None]
     st.Om += 0.5 * st.mainf[..., None]  # as the steps do: main neurons only

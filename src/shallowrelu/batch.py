@@ -110,6 +110,12 @@ class Batch:
         b.keys = [self.keys[i] for i in idx.tolist()]
         return b
 
+    def put(self, idx: torch.Tensor, part: Batch) -> None:
+        """Write back the stepped state (W, a, running, stop_iter) of ``part``, a :meth:`take` of
+        the runs at positions ``idx`` that a stepper advanced."""
+        for name in ("W", "a", "running", "stop_iter"):
+            getattr(self, name)[idx] = getattr(part, name)
+
     def keep(self, idx: torch.Tensor) -> None:
         """Keep only the runs at positions ``idx`` (per-trial data stay; unused trials too)."""
         self.__dict__.update(self._select(idx))

@@ -258,8 +258,15 @@ def _cpu_kernels() -> str:
         return f"invalid ({exc})"
 
 
-def _env_or_default(name: str, default: str) -> str:
-    return os.environ.get(name, default).strip().lower() or default
+def _spectral() -> str:
+    """SHALLOWRELU_SPECTRAL's value (steppers/select.py): 'auto', 'on' or 'off'."""
+    from .envvars import env_choice
+    from .steppers.select import SPECTRAL_CHOICES, SPECTRAL_ENV
+
+    try:
+        return env_choice(SPECTRAL_ENV, SPECTRAL_CHOICES)
+    except ValueError as exc:  # a bad value: training refuses it anyway
+        return f"invalid ({exc})"
 
 
 def provenance(device: str | None = None) -> dict[str, Any]:
@@ -290,7 +297,7 @@ def provenance(device: str | None = None) -> dict[str, Any]:
         from .vectors import wide
 
         out["numba_wide_vectors"] = wide()  # 512-bit vectors in the compiled loops (vectors.py)
-    out["spectral"] = _env_or_default("SHALLOWRELU_SPECTRAL", "auto")  # steppers/select.py
+    out["spectral"] = _spectral()
     out["created_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if device is not None:
         out["device"] = device

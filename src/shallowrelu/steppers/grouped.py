@@ -543,8 +543,7 @@ class GroupedStepper:
         for idx in self.parts(b):
             part = b.take(idx)
             self._advance(part, t0, count, compiled)
-            for name in ("W", "a", "running", "stop_iter"):
-                getattr(b, name)[idx] = getattr(part, name)
+            b.put(idx, part)
         return count
 
     def _advance(self, b: Any, t0: int, count: int, compiled: bool) -> None:

@@ -134,37 +134,37 @@ class SpectralStepper:
         compiled = self._compiled(b)
         # few-point neurons: the compiled loop only, and n ≤ d (V square: r = V β)
         small = min(SMALL_POINTS, b.X.shape[1] // 8) if compiled and b.X.shape[1] <= b.X.shape[2] else 0
-        ok = torch.zeros(b.n_runs, dtype=torch.bool, device=b.W.device)
+        groups = []  # per trial: its runs, those eligible and running, their classification
         for runs in b.trial_groups():
             idx = torch.tensor(runs, dtype=torch.long, device=b.W.device)
-            ok[idx] = classify(b.W[idx], b.X[int(b.trial[idx[0]])], small)[0]
-        ok &= b.running
-        if not bool(ok.any()):
+            cls = classify(b.W[idx], b.X[int(b.trial[idx[0]])], small)
+            groups.append((idx, cls[0] & b.running[idx], cls[1:]))
+        if not any(bool(ok.any()) for _, ok, _ in groups):
             return self.fallback.advance(b, t0, count)
-        rest = torch.nonzero(~ok).flatten()
+        rest = torch.cat([idx[~ok] for idx, ok, _ in groups])
         if rest.numel():
             self._fallback(b, rest, t0, count)
-        for runs in b.trial_groups():
-            idx = torch.tensor([r for r in runs if bool(ok[r])], dtype=torch.long, device=b.W.device)
-            if idx.numel():
-                self._trial(b, idx, t0, t0 + count, small, compiled)
+        for idx, ok, cls in groups:
+            if bool(ok.any()):
+                self._trial(b, idx[ok], tuple(x[ok] for x in cls), t0, t0 + count, small, compiled)
         return count
 
     def _fallback(self, b: Any, idx: torch.Tensor, t0: int, count: int) -> None:
         part = b.take(idx)
         self.fallback.advance(part, t0, count)
-        for name in ("W", "a", "running", "stop_iter"):
-            getattr(b, name)[idx] = getattr(part, name)
+        b.put(idx, part)
 
-    def _trial(self, b: Any, idx: torch.Tensor, t0: int, end: int, small: int, compiled: bool) -> None:
-        """Runs ``idx`` of one trial, all eligible, from t0 to ``end``: a layout (_State) is stepped
+    def _trial(self, b: Any, idx: torch.Tensor, cls: tuple[torch.Tensor, ...], t0: int, end: int, small: int,
+               compiled: bool) -> None:
+        """Runs ``idx`` of one trial, all eligible (``cls``: their classify() but ``ok``), from t0 to
+        ``end``: a layout (_State) is stepped
         until its runs end or reach a margin; those are laid out again from their exact state (a
         new layout), or handed to the fallback."""
         tr = int(b.trial[idx[0]])
         bs = self.basis(b.X[tr], b.y[tr])
         t = torch.full((idx.numel(),), t0, dtype=torch.long, device=b.W.device)
         todo = [(idx, _State(b.W[idx].clone(), b.a[idx].clone(), b.running[idx].clone(), b.stop_iter[idx].clone(),
-                             t, t - MIN_REFRESH_STEPS, bs, small, compiled))]
+                             t, t - MIN_REFRESH_STEPS, bs, cls, compiled))]
         _count("spectral_runs", int(idx.numel()))
         while todo:
             rows, st = todo.pop()
@@ -178,11 +178,12 @@ class SpectralStepper:
             if not bool(due.any()):
                 continue
             W, a, running, stop, tt = st.weights(due), st.a[due], st.running[due], st.stop_iter[due], st.t[due]
-            again = classify(W, bs.X, small)[0] & (tt - st.refreshed_at[due] >= MIN_REFRESH_STEPS)
+            ok, *now = classify(W, bs.X, small)
+            again = ok & (tt - st.refreshed_at[due] >= MIN_REFRESH_STEPS)
             if bool(again.any()):
                 _count("relaid", int(again.sum()))
                 todo.append((rows[due][again], _State(W[again], a[again], running[again], stop[again], tt[again],
-                                                      tt[again], bs, small, compiled)))
+                                                      tt[again], bs, tuple(x[again] for x in now), compiled)))
             for t_leave in torch.unique(tt[~again]).tolist():  # the rest leave, each from its iteration
                 go = ~again & (tt == t_leave)
                 r = rows[due][go]
@@ -245,11 +246,12 @@ class _State:
     iteration t, margins and the movement since they were computed."""
 
     def __init__(self, W0: torch.Tensor, a: torch.Tensor, running: torch.Tensor, stop_iter: torch.Tensor,
-                 t: torch.Tensor, refreshed_at: torch.Tensor, bs: _Basis, small_points: int, compiled: bool):
+                 t: torch.Tensor, refreshed_at: torch.Tensor, bs: _Basis, cls: tuple[torch.Tensor, ...],
+                 compiled: bool):
         self.bs = bs
         self.W0, self.a, self.running, self.stop_iter = W0, a, running, stop_iter
         self.t, self.t_start, self.refreshed_at = t.clone(), t.clone(), refreshed_at
-        _, self.main, small, cand, self.margin = classify(W0, bs.X, small_points)
+        self.main, small, cand, self.margin = cls  # classify(W0, bs.X, ·) but its ok
         self.compiled = compiled
         self.mainf = self.main.to(W0.dtype)
         self.Om0 = torch.matmul(W0, bs.Uh.T)  # (E, m, k)
