@@ -92,7 +92,9 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stable-phase", choices=["auto", "on", "off"], default="auto",
                    help="fast engine: the grouped stepper, certified activation-pattern groups with one "
                         "gradient direction each (docs/performance.md); 'auto' (default) = on for the CPU, "
-                        "off on CUDA (not yet measured there)")
+                        "off on CUDA (not yet measured there). With it, runs whose live neurons are all "
+                        "active on every point step in X's singular basis (steppers/spectral.py; environment "
+                        "variable SHALLOWRELU_SPECTRAL=auto|on|off, auto: on the CPU)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--force", action="store_true", help="retrain runs whose results already exist")
     p.add_argument("--quiet", action="store_true", help="no progress output")
