@@ -13,18 +13,14 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import torch
 
-from shallowrelu.batch import Batch
-from shallowrelu.engine import read_checkpoint
+from shallowrelu import checkpoint_bench
 from shallowrelu.io import provenance
-from shallowrelu.model import LOSS_CONVENTIONS
 from shallowrelu.steppers import spectral
-from shallowrelu.steppers.base import StepRule
-from shallowrelu.steppers.select import make_stepper, spectral_choice
+from shallowrelu.steppers.select import spectral_choice
 
 
 def main(argv: list[str]) -> int:
@@ -33,46 +29,36 @@ def main(argv: list[str]) -> int:
         return 2
     ck, which, K = Path(argv[0]), argv[1], int(argv[2])
     torch.set_num_threads(1)
-    st = read_checkpoint(ck)
-    b = Batch.from_state(st["batch"], torch.device("cpu"))
-    rule = StepRule.of(LOSS_CONVENTIONS["authors"])
+    b, t0 = checkpoint_bench.load(ck)
     n = b.X.shape[1]
-    limit = min(spectral.SMALL_POINTS, n // 8)
+    limit = spectral.small_points(n)
     ok = torch.zeros(b.n_runs, dtype=torch.bool)
     for runs in b.trial_groups():
         idx = torch.tensor(runs)
         ok[idx] = spectral.classify(b.W[idx], b.X[int(b.trial[idx[0]])], limit)[0]
     idx = torch.nonzero(ok).flatten() if which == "eligible" else torch.arange(b.n_runs)
-    t0 = max(int(h[-1]["iteration"]) for h in st["histories"].values() if h)  # the last logging point
     print(f"{ck}: iteration {t0:,}, runs {idx.tolist()}, eligible now {ok.int().tolist()}")
     rows, out = [], {}
     for choice in ("on", "off", "on"):
         with spectral_choice(choice):
-            s = make_stepper("fast", rule, "cpu", True)
-        if choice == "on" and not rows:
-            s.advance(b.take(idx), t0, spectral.MIN_STEPS)  # SVD and compilation
-        spectral.COUNTERS.clear()
-        p = b.take(idx)
-        tic = time.perf_counter()
-        s.advance(p, t0, K)
-        dt = time.perf_counter() - tic
+            if choice == "on" and not rows:
+                checkpoint_bench.timed(b, idx, t0, spectral.MIN_STEPS)  # SVD and compilation
+            spectral.COUNTERS.clear()
+            dt, p = checkpoint_bench.timed(b, idx, t0, K)
         rows.append({"spectral": choice, "steps": K, "seconds": dt, "iterations_per_s": K / dt,
                      "run_iterations_per_s": K * p.n_runs / dt, "counters": dict(spectral.COUNTERS)})
         print(f"spectral {choice:3s}: {K} steps in {dt:7.2f} s, {K / dt:8.0f} it/s, {K * p.n_runs / dt:9.0f} run-it/s",
               dict(spectral.COUNTERS), flush=True)
         out[choice] = p
-    on, off = out["on"], out["off"]
-    rel_W = float(((on.W - off.W).norm(dim=(1, 2)) / off.W.norm(dim=(1, 2))).max())
-    rel_a = float(((on.a - off.a).norm(dim=1) / off.a.norm(dim=1)).max())
-    same = bool(torch.equal(on.stop_iter, off.stop_iter) and torch.equal(on.running, off.running))
+    diff = checkpoint_bench.differences(out["on"], out["off"])
     ratio = min(r["seconds"] for r in rows if r["spectral"] == "off") / min(r["seconds"] for r in rows
                                                                           if r["spectral"] == "on")
-    print(f"on / off: {ratio:.2f}x; max relative difference W {rel_W:.1e}, a {rel_a:.1e}; stops identical: {same}")
+    print(f"on / off: {ratio:.2f}x; max relative difference W {diff['max_rel_diff_W']:.1e}, "
+          f"a {diff['max_rel_diff_a']:.1e}; stops identical: {diff['stops_identical']}")
     if len(argv) == 4:
         rec = {"checkpoint": str(ck), "iteration": t0, "runs": idx.tolist(), "eligible": ok.int().tolist(),
                "d": int(b.X.shape[2]), "n": n, "m": int(b.W.shape[1]), "timings": rows, "speedup_on_over_off": ratio,
-               "max_rel_diff_W": rel_W, "max_rel_diff_a": rel_a, "stops_identical": same,
-               "provenance": provenance("cpu")}
+               **diff, "provenance": provenance("cpu")}
         Path(argv[3]).write_text(json.dumps(rec, indent=1) + "\n")
     return 0
 

@@ -459,3 +459,63 @@ def test_gram_flush_keeps_coordinates_no_step_could_change(kernel):
     assert W[0, 1] == pytest.approx(full[0, 1], rel=1e-15)  # 1e-20 + 1e-17 ≠ 1e-20: it moves
     assert W[0, 0] == 1.0 and W[0, 2] == 3.0 and W[0, 3] == -2.0  # ± 1e-17 rounds away: kept
     assert not np.any(C)
+
+
+def test_uncertain_cap_grows_with_the_points():
+    """max_uncertain(n): MAX_UNCERTAIN on small datasets, n // UNCERTAIN_FRACTION on large ones."""
+    assert [grouped.max_uncertain(n) for n in (4, 16, 64, 256, 1024)] == [8, 8, 8, 32, 128]
+
+
+def test_one_neuron_groups_beyond_the_fixed_cap_match_the_reference(monkeypatch, counters, kernel):
+    """With the cap n // 2 (d = n = 32; MAX_UNCERTAIN 2): one-neuron groups with more than
+    MAX_UNCERTAIN uncertain points are made, and iterates and stops stay the reference's."""
+    if kernel != "numba":
+        pytest.skip("the torch path keeps such neurons exact")
+    monkeypatch.setattr(grouped, "MIN_STEPS", 1)
+    monkeypatch.setattr(grouped, "BLOCK_STEPS", 8)
+    monkeypatch.setattr(grouped, "MAX_UNCERTAIN", 2)
+    monkeypatch.setattr(grouped, "UNCERTAIN_FRACTION", 2)
+    most = [0]
+
+    def recording(*args, **kw):
+        groups, exact = group_choice.choose_groups(*args, **kw)
+        most[0] = max([most[0]] + [int(u.sum()) for run in groups for _, _, u in run if u is not None])
+        return groups, exact
+
+    monkeypatch.setattr(grouped, "choose_groups", recording)
+    trials = [make_trial("centred", 32, 40, 5), make_trial("uncentred", 32, 40, 6)]
+    specs = [RunSpec(tr, 4.0**e, f"{tr.scheme}{e}") for tr in trials for e in [1, -2, -6]]
+    cfg = TrainConfig(max_iters=3000, n_log=30, device="cpu", stable_phase="on")
+    for spec, res in zip(specs, train(specs, cfg, progress=False)):
+        _check(res, spec, 3000, 30)
+    assert most[0] > 2 and counters["uncertain_neurons"] > 0
+
+
+def test_uncertain_points_benchmark_on_a_checkpoint(kernel, rich_late_state, tmp_path, monkeypatch):
+    """benchmarks/uncertain_points.py on a checkpoint file: its record (caps alternated, the
+    states agreeing), and max_uncertain restored after each setting."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from shallowrelu.engine import _write_checkpoint
+
+    if kernel != "numba":
+        pytest.skip("the script times the default (compiled) stack")
+    monkeypatch.setattr(grouped, "MAX_UNCERTAIN", 2)
+    monkeypatch.setattr(grouped, "UNCERTAIN_FRACTION", 2)
+    specs, b = rich_late_state
+    ck = tmp_path / ".checkpoint-test.pkl"
+    _write_checkpoint(ck, {"batch": b.state(), "histories": {s.key: [{"iteration": 20000}] for s in specs}})
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "uncertain_points.py"
+    spec = importlib.util.spec_from_file_location("uncertain_points", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rule = grouped.max_uncertain
+    assert mod.main([str(ck), "256", str(tmp_path / "rec.json")]) == 0
+    assert grouped.max_uncertain is rule
+    rec = json.loads((tmp_path / "rec.json").read_text())
+    assert rec["iteration"] == 20000 and rec["stops_identical"] and rec["max_rel_diff_W"] < 1e-12
+    assert [r["cap"] for r in rec["timings"]] == ["fixed", "default"] * 2
+    assert (rec["cap_fixed"], rec["cap_default"]) == (2, 8)
+    assert mod.main([]) == 2

@@ -57,7 +57,8 @@ from .group_choice import Groups, choose_groups
 MIN_STEPS = 64  # chunks shorter than this take the fallback stepper
 MIN_POINTS_X_DIM = 256  # n·d below this: the dense step is cheap enough (d = 4 ran slower grouped)
 SUBCHUNK_STEPS = 8192  # the layout is chosen afresh at least this often
-MAX_UNCERTAIN = 8  # compiled path: a neuron with at most this many uncertain points is a one-neuron group (below)
+MAX_UNCERTAIN = 8  # compiled path: a neuron with at most max_uncertain(n) uncertain points is a one-neuron group ...
+UNCERTAIN_FRACTION = 8  # ... max(MAX_UNCERTAIN, n // UNCERTAIN_FRACTION) (see max_uncertain)
 BLOCK_STEPS = 32  # steps between certification checks (and undo granularity) at the start of a piece
 MAX_BLOCK_STEPS = 8192  # blocks grow up to this while the bound grows slowly (see _Piece.next_block)
 BOUND_SLACK = 1e-6  # relative slack on the accumulated movement bound (its own rounding)
@@ -68,6 +69,16 @@ GRAPH_AFTER_BLOCKS = 4  # ... captured once a layout has survived to blocks this
 CPU_GRAPHS = False  # the same capture/replay logic on the CPU, replaying eagerly (tests switch this on)
 PARTS = True  # compiled path: runs stepped in parts of the batch (GroupedStepper.parts)
 PRODUCT_POINTS_FRACTION = 0.25  # compiled path: groups with at least this share of the n points ...
+
+
+def max_uncertain(n: int) -> int:
+    """The most uncertain points of a one-neuron group (compiled path) on a dataset of n points:
+    max(MAX_UNCERTAIN, n // UNCERTAIN_FRACTION). Such a group costs O((|P_j| + |U_j|)·d) per step
+    (O((|P_j| + |U_j|)²) as a Gram group), an exact neuron two n·d products and the batch's
+    groups-only loop; at d = n = 1024 the J− neurons of the lazy uncentred runs late in training
+    had 12–64 points within their margin, and a cap of 8 left them all exact (a whole uncentred
+    m = 25 batch ran 1.6–1.9× faster with them grouped; benchmarks/uncertain_points.py)."""
+    return max(MAX_UNCERTAIN, n // UNCERTAIN_FRACTION)
 
 
 def _product_thresholds() -> tuple[int, int]:
@@ -282,7 +293,7 @@ class _Piece:
 
     def _build(self, t: int) -> None:
         b = self.b
-        groups, exact = choose_groups(b, self.exclude, self.coef, MAX_UNCERTAIN if self.compiled else 0,
+        groups, exact = choose_groups(b, self.exclude, self.coef, max_uncertain(b.X.shape[1]) if self.compiled else 0,
                                       ~self.twice if self.compiled else None)
         # h of the exact neurons: index_add on the CPU (the compiled loops' layout); CUDA's deterministic
         # selector product there

@@ -46,7 +46,8 @@ from .dense import rounding_bound
 
 MIN_STEPS = 1024  # shorter chunks: the fallback (the set-up costs an exact pre-activation product)
 MIN_POINTS_X_DIM = 4096  # n·d below this: the fallback (launch- or call-bound either way)
-SMALL_POINTS = 64  # compiled path: neurons with at most min(this, n/8) candidate points join as few-point neurons
+SMALL_POINTS = 64  # compiled path: few-point neurons' candidate points, at most small_points(n) per run ...
+SMALL_FRACTION = 8  # ... min(SMALL_POINTS, n // SMALL_FRACTION)
 BLOCK_STEPS = 128  # torch path: steps between certification checks (one host synchronisation each)
 BOUND_SLACK = 1e-6  # relative slack on the movement bound (rounding of the rotation and the sums)
 NEAR = 0.01  # few-point neurons: also points within this·‖w_j‖ of the boundary are candidates,
@@ -57,6 +58,11 @@ COUNTERS: dict[str, int] = {}  # diagnostics since import: spectral_runs, spectr
 
 def _count(name: str, v: int) -> None:
     COUNTERS[name] = COUNTERS.get(name, 0) + v
+
+
+def small_points(n: int) -> int:
+    """The most candidate points of a run's few-point neurons in all (compiled path), n points."""
+    return min(SMALL_POINTS, n // SMALL_FRACTION)
 
 
 def classify(W: torch.Tensor, Xt: torch.Tensor, small_points: int = 0) -> tuple[torch.Tensor, ...]:
@@ -133,7 +139,7 @@ class SpectralStepper:
             return self.fallback.advance(b, t0, count)
         compiled = self._compiled(b)
         # few-point neurons: the compiled loop only, and n ≤ d (V square: r = V β)
-        small = min(SMALL_POINTS, b.X.shape[1] // 8) if compiled and b.X.shape[1] <= b.X.shape[2] else 0
+        small = small_points(b.X.shape[1]) if compiled and b.X.shape[1] <= b.X.shape[2] else 0
         groups = []  # per trial: its runs, those eligible and running, their classification
         for runs in b.trial_groups():
             idx = torch.tensor(runs, dtype=torch.long, device=b.W.device)

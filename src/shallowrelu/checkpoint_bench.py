@@ -1,0 +1,50 @@
+"""Timing steppers on a real training state: a job's checkpoint (``python -m shallowrelu train``
+stopped with SIGTERM writes ``.checkpoint-*.pkl`` under the job's output folder), stepped from the
+same state with two settings in one process (benchmarks/spectral_vs_grouped.py,
+benchmarks/uncertain_points.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from .batch import Batch
+from .engine import read_checkpoint
+from .model import LOSS_CONVENTIONS
+from .steppers.base import Stepper, StepRule
+from .steppers.select import make_stepper
+
+RULE = StepRule.of(LOSS_CONVENTIONS["authors"])  # the workflow's convention (config/config.yaml)
+
+
+def load(ck: Path) -> tuple[Batch, int]:
+    """The batch of checkpoint ``ck`` on the CPU and its iteration (the last logging point of any run)."""
+    st = read_checkpoint(Path(ck))
+    b = Batch.from_state(st["batch"], torch.device("cpu"))
+    return b, max(int(h[-1]["iteration"]) for h in st["histories"].values() if h)
+
+
+def default_stepper() -> Stepper:
+    """The CPU's default stack with the stable phase on (what ``train`` steps late in training with)."""
+    return make_stepper("fast", RULE, "cpu", True)
+
+
+def timed(b: Batch, idx: torch.Tensor, t0: int, steps: int,
+          stepper: Callable[[], Stepper] = default_stepper) -> tuple[float, Batch]:
+    """Seconds for ``steps`` steps of the runs ``idx`` of ``b`` from iteration t0, and their state after."""
+    s, part = stepper(), b.take(idx)
+    tic = time.perf_counter()
+    s.advance(part, t0, steps)
+    return time.perf_counter() - tic, part
+
+
+def differences(x: Batch, y: Batch) -> dict[str, float | bool]:
+    """The largest relative differences of W and a between two states of the same runs (per run,
+    Frobenius), and whether their stops (iteration, still training) are identical."""
+    rel_W = float(((x.W - y.W).norm(dim=(1, 2)) / y.W.norm(dim=(1, 2))).max())
+    rel_a = float(((x.a - y.a).norm(dim=1) / y.a.norm(dim=1)).max())
+    same = bool(torch.equal(x.stop_iter, y.stop_iter) and torch.equal(x.running, y.running))
+    return {"max_rel_diff_W": rel_W, "max_rel_diff_a": rel_a, "stops_identical": same}
