@@ -491,9 +491,10 @@ def test_one_neuron_groups_beyond_the_fixed_cap_match_the_reference(monkeypatch,
     assert most[0] > 2 and counters["uncertain_neurons"] > 0
 
 
-def test_uncertain_points_benchmark_on_a_checkpoint(kernel, rich_late_state, tmp_path, monkeypatch):
-    """benchmarks/uncertain_points.py on a checkpoint file: its record (caps alternated, the
-    states agreeing), and max_uncertain restored after each setting."""
+def test_checkpoint_ab_benchmark(kernel, rich_late_state, tmp_path, monkeypatch, capsys):
+    """benchmarks/checkpoint_ab.py on a checkpoint file: its record (settings alternated, the
+    states agreeing), the constants restored after each setting, bad settings refused by name
+    before any work."""
     import importlib.util
     import json
     from pathlib import Path
@@ -502,20 +503,21 @@ def test_uncertain_points_benchmark_on_a_checkpoint(kernel, rich_late_state, tmp
 
     if kernel != "numba":
         pytest.skip("the script times the default (compiled) stack")
-    monkeypatch.setattr(grouped, "MAX_UNCERTAIN", 2)
-    monkeypatch.setattr(grouped, "UNCERTAIN_FRACTION", 2)
     specs, b = rich_late_state
     ck = tmp_path / ".checkpoint-test.pkl"
     _write_checkpoint(ck, {"batch": b.state(), "histories": {s.key: [{"iteration": 20000}] for s in specs}})
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "uncertain_points.py"
-    spec = importlib.util.spec_from_file_location("uncertain_points", path)
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "checkpoint_ab.py"
+    spec = importlib.util.spec_from_file_location("checkpoint_ab", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    rule = grouped.max_uncertain
-    assert mod.main([str(ck), "256", str(tmp_path / "rec.json")]) == 0
-    assert grouped.max_uncertain is rule
+    frac = grouped.UNCERTAIN_FRACTION
+    assert mod.main([str(ck), "256", "2", "grouped.UNCERTAIN_FRACTION=2,grouped.MAX_UNCERTAIN=1", "default",
+                     str(tmp_path / "rec.json")]) == 0
+    assert (grouped.UNCERTAIN_FRACTION, grouped.MAX_UNCERTAIN) == (frac, 8)
     rec = json.loads((tmp_path / "rec.json").read_text())
     assert rec["iteration"] == 20000 and rec["stops_identical"] and rec["max_rel_diff_W"] < 1e-12
-    assert [r["cap"] for r in rec["timings"]] == ["fixed", "default"] * 2
-    assert (rec["cap_fixed"], rec["cap_default"]) == (2, 8)
-    assert mod.main([]) == 2
+    assert len(rec["seconds_A"]) == len(rec["seconds_B"]) == 2 and rec["B"] == "default"
+    for bad, why in [("grouped.NOPE=1", "NOPE"), ("grouped.MAX_UNCERTAIN=1.5", "is a int"), ("nomodule.X=1", "nomodule")]:
+        with pytest.raises(SystemExit, match=why):
+            mod.main(["/nonexistent", "1", "1", bad, "default"])
+    assert mod.main([]) == 2 and "Usage" in capsys.readouterr().out

@@ -65,7 +65,7 @@ def test_spectral_matches_the_reference_stepper(late_state, compiled, counters, 
     """Some runs eligible, some not (the fallback), 4000 steps; ``mid``: a loss target met inside
     the chunk by some eligible runs (identical stop iterations)."""
     b0 = late_state
-    small = 2 if compiled else 0  # min(SMALL_POINTS, n/8)
+    small = spectral.small_points(b0.X.shape[1]) if compiled else 0
     ok = torch.cat([classify(b0.W[idx], b0.X[t], small)[0] for t, idx in
                     enumerate(torch.tensor(g) for g in b0.trial_groups())])
     assert 0 < int(ok.sum()) < b0.n_runs
@@ -186,6 +186,11 @@ def test_benchmark_script_on_a_checkpoint(late_state, small_sizes, tmp_path, cap
     assert [r["spectral"] for r in rec["timings"]] == ["on", "off", "on"]
     assert rec["timings"][0]["counters"]["spectral_steps"] > 0 and rec["timings"][1]["counters"] == {}
     assert mod.main([str(ck), "some"]) == 2 and "Usage" in capsys.readouterr().out
+
+
+def test_few_point_limit():
+    """small_points(n): n/8 candidate points per run, at most SMALL_POINTS (64 from n = 512)."""
+    assert [spectral.small_points(n) for n in (16, 256, 1024, 4096)] == [2, 32, 64, 64]
 
 
 def test_layout_weights_of_any_rows(late_state):

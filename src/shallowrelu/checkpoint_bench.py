@@ -1,7 +1,7 @@
 """Timing steppers on a real training state: a job's checkpoint (``python -m shallowrelu train``
 stopped with SIGTERM writes ``.checkpoint-*.pkl`` under the job's output folder), stepped from the
 same state with two settings in one process (benchmarks/spectral_vs_grouped.py,
-benchmarks/uncertain_points.py)."""
+benchmarks/checkpoint_ab.py)."""
 
 from __future__ import annotations
 

@@ -77,7 +77,7 @@ def max_uncertain(n: int) -> int:
     (O((|P_j| + |U_j|)²) as a Gram group), an exact neuron two n·d products and the batch's
     groups-only loop; at d = n = 1024 the J− neurons of the lazy uncentred runs late in training
     had 12–64 points within their margin, and a cap of 8 left them all exact (a whole uncentred
-    m = 25 batch ran 1.6–1.9× faster with them grouped; benchmarks/uncertain_points.py)."""
+    m = 25 batch ran 1.50× faster with them grouped; benchmarks/checkpoint_ab.py)."""
     return max(MAX_UNCERTAIN, n // UNCERTAIN_FRACTION)
 
 
