@@ -517,7 +517,8 @@ def test_checkpoint_ab_benchmark(kernel, rich_late_state, tmp_path, monkeypatch,
     rec = json.loads((tmp_path / "rec.json").read_text())
     assert rec["iteration"] == 20000 and rec["stops_identical"] and rec["max_rel_diff_W"] < 1e-12
     assert len(rec["seconds_A"]) == len(rec["seconds_B"]) == 2 and rec["B"] == "default"
-    for bad, why in [("grouped.NOPE=1", "NOPE"), ("grouped.MAX_UNCERTAIN=1.5", "is a int"), ("nomodule.X=1", "nomodule")]:
+    bad_settings = [("grouped.NOPE=1", "NOPE"), ("grouped.MAX_UNCERTAIN=1.5", "is a int"), ("nomodule.X=1", "nomodule")]
+    for bad, why in bad_settings:
         with pytest.raises(SystemExit, match=why):
             mod.main(["/nonexistent", "1", "1", bad, "default"])
     assert mod.main([]) == 2 and "Usage" in capsys.readouterr().out
