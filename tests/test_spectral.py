@@ -95,8 +95,8 @@ def test_failed_certification_hands_runs_to_the_fallback(late_state, compiled, c
     MIN_REFRESH_STEPS leaves for the fallback there; the iterates stay the reference's."""
     real = spectral.classify
 
-    def tight(W, Xt, small_points=0):
-        *rest, margin = real(W, Xt, small_points)
+    def tight(W, Xt, limit=0):
+        *rest, margin = real(W, Xt, limit)
         return (*rest, margin * 1e-6)
 
     monkeypatch.setattr(spectral, "classify", tight)
@@ -128,7 +128,7 @@ def test_classify_main_few_point_and_dead_neurons():
     ok, main, small, cand, margin = classify(W, X)
     assert ok.tolist() == [True, False, False]
     assert main[0].tolist() == [True, False] and margin[0, 1] == float("inf") and 0 < margin[0, 0] < 1.3
-    ok, main, small, cand, margin = classify(W, X, small_points=1)
+    ok, main, small, cand, margin = classify(W, X, limit=1)
     assert ok.tolist() == [True, True, False] and small[1].tolist() == [False, True]
     assert cand[1, 1].tolist() == [True, False, False]
     # its margin: over its other points, min (-w·x_i - rounding)/|x_i| (w·x_1 = w·x_2 = -5.9)

@@ -65,13 +65,13 @@ def small_points(n: int) -> int:
     return min(SMALL_POINTS, n // SMALL_FRACTION)
 
 
-def classify(W: torch.Tensor, Xt: torch.Tensor, small_points: int = 0) -> tuple[torch.Tensor, ...]:
+def classify(W: torch.Tensor, Xt: torch.Tensor, limit: int = 0) -> tuple[torch.Tensor, ...]:
     """Runs W (R, m, d) on one dataset Xt (n, d): ``ok`` (R,) every neuron certainly active on all
-    points (main), certainly dead, or with at most ``small_points`` points not certainly inactive
-    (few-point), some neuron not dead, and at most ``small_points`` candidate points in all;
+    points (main), certainly dead, or with at most ``limit`` points not certainly inactive
+    (few-point), some neuron not dead, and at most ``limit`` candidate points in all;
     ``main``, ``small`` (R, m); ``cand`` (R, m, n) a few-point neuron's candidate points: those not
     certainly inactive and the NEAR_EXTRA nearest others within NEAR·‖w_j‖ of its boundary, at
-    most ``small_points`` (so that its margin is not a rounding's width); ``margin`` (R, m): a main
+    most ``limit`` (so that its margin is not a rounding's width); ``margin`` (R, m): a main
     neuron's over all points, a few-point neuron's over its other points, inf for the rest."""
     pre = torch.matmul(W, Xt.T)  # (R, m, n)
     xn = torch.linalg.vector_norm(Xt, dim=-1)
@@ -80,12 +80,12 @@ def classify(W: torch.Tensor, Xt: torch.Tensor, small_points: int = 0) -> tuple[
     must = pre > -rnd  # by score = pre/‖x_i‖ these are the top ones: rnd/‖x_i‖ is one value per neuron
     main = (pre > rnd).all(-1)
     dead = ~must.any(-1)
-    small = ~main & ~dead & (must.sum(-1) <= small_points)
+    small = ~main & ~dead & (must.sum(-1) <= limit)
     ok = (main | dead | small).all(-1) & (main | small).any(-1)
     score = pre / xn
     n_must = must.sum(-1)
     near = (score > -NEAR * wn[..., None]).sum(-1)
-    most = torch.clamp(n_must + NEAR_EXTRA, max=small_points)
+    most = torch.clamp(n_must + NEAR_EXTRA, max=limit)
     take = torch.maximum(n_must, torch.minimum(near, most))  # the top-scored points taken as candidates
     rank = torch.argsort(torch.argsort(score, dim=-1, descending=True, stable=True), dim=-1)
     cand = rank < take[..., None]
@@ -94,7 +94,7 @@ def classify(W: torch.Tensor, Xt: torch.Tensor, small_points: int = 0) -> tuple[
     m_small = ((-pre - rnd) / xn).masked_fill(cand, inf).amin(-1)
     margin = torch.where(main, m_main, torch.where(small, m_small, torch.full_like(m_main, inf)))
     cand &= small[..., None]
-    ok &= cand.sum((-2, -1)) <= small_points  # few-point neurons' points read X and V rows every step: few
+    ok &= cand.sum((-2, -1)) <= limit  # few-point neurons' points read X and V rows every step: few
     return ok, main, small, cand, margin
 
 
