@@ -251,3 +251,23 @@ def test_float32_batches_stay_with_the_fallback(late_state, counters, small_size
 
     SpectralStepper(RULE, Fallback()).advance(b, 3000, 2000)
     assert seen == [b.n_runs] and "spectral_runs" not in counters
+
+
+def test_svd_cache_is_shared_and_bounded(monkeypatch):
+    """Steppers made anew find a trial's SVD cached (the same object); above BASIS_CACHE_BYTES the
+    oldest bases are dropped, the newest kept even if it alone is larger."""
+    monkeypatch.setattr(spectral, "_BASES", {})
+    Xs = [torch.randn(32, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(s)) for s in range(3)]
+    y = torch.ones(32, dtype=torch.float64)
+    one = SpectralStepper(RULE, None).basis(Xs[0], y)
+    assert SpectralStepper(RULE, None).basis(Xs[0].clone(), y.clone()) is one
+    assert torch.allclose(one.V @ torch.diag(one.S) @ one.Uh, Xs[0], atol=1e-12)
+    monkeypatch.setattr(spectral, "BASIS_CACHE_BYTES", 2 * one.nbytes)
+    s = SpectralStepper(RULE, None)
+    s.basis(Xs[1], y)
+    assert len(spectral._BASES) == 2
+    newest = s.basis(Xs[2], y)
+    assert list(spectral._BASES.values())[-1] is newest and len(spectral._BASES) == 2
+    assert s.basis(Xs[0], y) is not one  # dropped, computed again
+    monkeypatch.setattr(spectral, "BASIS_CACHE_BYTES", 0)
+    assert s.basis(Xs[1], y) is list(spectral._BASES.values())[0] and len(spectral._BASES) == 1

@@ -53,6 +53,7 @@ BOUND_SLACK = 1e-6  # relative slack on the movement bound (rounding of the rota
 NEAR = 0.01  # few-point neurons: also points within this·‖w_j‖ of the boundary are candidates,
 NEAR_EXTRA = 4  # at most this many more (and at most the limit)
 MIN_REFRESH_STEPS = 64  # a run whose bound reaches a margin sooner after its layout leaves
+BASIS_CACHE_BYTES = 1 << 29  # the SVD cache (process-wide) keeps at most this many bytes (~21 trials at d = 1024)
 COUNTERS: dict[str, int] = {}  # diagnostics since import: spectral_runs, spectral_steps, few_point, relaid, left
 
 
@@ -109,26 +110,33 @@ class _Basis:
         self.yt = V.T @ y  # ỹ (k,)
         rp = y - V @ self.yt
         self.rperp2 = (rp * rp).sum()  # ‖y − V ỹ‖²: the part of r no main step can change
+        self.nbytes = sum(t.numel() * t.element_size() for t in (self.X, self.V, self.S, self.Uh, self.yt))
+
+
+_BASES: dict[tuple[str, bytes], _Basis] = {}  # see SpectralStepper.basis
 
 
 class SpectralStepper:
     """Stepper interface (base.py): eligible runs (:func:`classify`) in the singular basis, the
-    others (and runs that leave it) by ``fallback``. SVDs are cached per trial (by X's bytes)."""
+    others (and runs that leave it) by ``fallback``. SVDs are cached per trial (by X's bytes, process-wide)."""
 
     name = "spectral"
 
     def __init__(self, rule: StepRule, fallback: Any, check_every: int = 1, compiled: bool | None = None):
         self.rule, self.fallback, self.check_every = rule, fallback, check_every
         self.compiled = compiled  # None: the numba loop on the CPU where available, else torch
-        self._bases: dict[bytes, _Basis] = {}
 
     def basis(self, X: torch.Tensor, y: torch.Tensor) -> _Basis:
-        key = hashlib.blake2b(X.cpu().numpy().tobytes() + y.cpu().numpy().tobytes(), digest_size=16).digest()
-        if key not in self._bases:
-            if len(self._bases) > 64:
-                self._bases.clear()
-            self._bases[key] = _Basis(X, y)
-        return self._bases[key]
+        """The trial's SVD from the process-wide cache (a stepper made anew, as for each job of a
+        train-jobs process or each call of a benchmark, finds it there), oldest dropped first above
+        BASIS_CACHE_BYTES."""
+        key = (str(X.device), hashlib.blake2b(X.cpu().numpy().tobytes() + y.cpu().numpy().tobytes(),
+                                              digest_size=16).digest())
+        if key not in _BASES:
+            _BASES[key] = _Basis(X, y)
+            while len(_BASES) > 1 and sum(v.nbytes for v in _BASES.values()) > BASIS_CACHE_BYTES:
+                del _BASES[next(iter(_BASES))]
+        return _BASES[key]
 
     def _compiled(self, b: Any) -> bool:
         return b.W.device.type == "cpu" and kernels.use_numba() if self.compiled is None else self.compiled
