@@ -271,3 +271,31 @@ def test_svd_cache_is_shared_and_bounded(monkeypatch):
     assert s.basis(Xs[0], y) is not one  # dropped, computed again
     monkeypatch.setattr(spectral, "BASIS_CACHE_BYTES", 0)
     assert s.basis(Xs[1], y) is list(spectral._BASES.values())[0] and len(spectral._BASES) == 1
+
+
+def test_svd_cache_under_threads(monkeypatch):
+    """train-jobs steps jobs in threads of one process: concurrent lookups, inserts and evictions
+    (a bound of one basis) raise nothing, and every basis returned is its own X's."""
+    import threading
+
+    monkeypatch.setattr(spectral, "_BASES", {})
+    monkeypatch.setattr(spectral, "BASIS_CACHE_BYTES", 0)
+    Xs = [torch.randn(24, 24, dtype=torch.float64, generator=torch.Generator().manual_seed(s)) for s in range(4)]
+    y = torch.ones(24, dtype=torch.float64)
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            for k in range(40):
+                X = Xs[(i + k) % 4]
+                bs = SpectralStepper(RULE, None).basis(X, y)
+                assert torch.allclose(bs.V @ torch.diag(bs.S) @ bs.Uh, X, atol=1e-12)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(spectral._BASES) == 1

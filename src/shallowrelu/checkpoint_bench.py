@@ -1,7 +1,10 @@
 """Timing steppers on a real training state: a job's checkpoint (``python -m shallowrelu train``
 stopped with SIGTERM writes ``.checkpoint-*.pkl`` under the job's output folder), stepped from the
 same state with two settings in one process (benchmarks/spectral_vs_grouped.py,
-benchmarks/checkpoint_ab.py)."""
+benchmarks/checkpoint_ab.py). The step rule is the authors' loss convention, the workflow's
+training jobs' (config/config.yaml); a checkpoint does not name its convention (only a
+fingerprint of the configuration), so one of a job with ``--loss-convention paper`` (the
+Appendix G sweeps) would be stepped with the wrong rule (κ, learning rate, loss target) here."""
 
 from __future__ import annotations
 

@@ -34,6 +34,7 @@ still sees unchanged weights (when updates round away in the rotated coordinates
 from __future__ import annotations
 
 import hashlib
+import threading
 from typing import Any
 
 import numpy as np
@@ -114,6 +115,7 @@ class _Basis:
 
 
 _BASES: dict[tuple[str, bytes], _Basis] = {}  # see SpectralStepper.basis
+_BASES_LOCK = threading.Lock()
 
 
 class SpectralStepper:
@@ -132,11 +134,16 @@ class SpectralStepper:
         BASIS_CACHE_BYTES."""
         key = (str(X.device), hashlib.blake2b(X.cpu().numpy().tobytes() + y.cpu().numpy().tobytes(),
                                               digest_size=16).digest())
-        if key not in _BASES:
-            _BASES[key] = _Basis(X, y)
+        with _BASES_LOCK:  # train-jobs steps several jobs in threads of one process
+            hit = _BASES.get(key)
+        if hit is not None:
+            return hit
+        basis = _Basis(X, y)  # outside the lock: another trial's SVD need not wait
+        with _BASES_LOCK:
+            basis = _BASES.setdefault(key, basis)
             while len(_BASES) > 1 and sum(v.nbytes for v in _BASES.values()) > BASIS_CACHE_BYTES:
                 del _BASES[next(iter(_BASES))]
-        return _BASES[key]
+        return basis
 
     def _compiled(self, b: Any) -> bool:
         return b.W.device.type == "cpu" and kernels.use_numba() if self.compiled is None else self.compiled
