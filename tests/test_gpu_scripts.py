@@ -4,26 +4,16 @@ script's syntax. A broken script would waste the session's few minutes of device
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
+from benchmark_scripts import REPO
+from benchmark_scripts import load as _load
 
 project_grid = _load("project_grid")
 gpu_slices = _load("gpu_slices")

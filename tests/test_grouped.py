@@ -6,6 +6,7 @@ loss target inside a chunk, and runs that hit the cap; plus the certification it
 
 from __future__ import annotations
 
+import benchmark_scripts
 import numpy as np
 import pytest
 import torch
@@ -495,21 +496,13 @@ def test_checkpoint_ab_benchmark(kernel, rich_late_state, tmp_path, monkeypatch,
     """benchmarks/checkpoint_ab.py on a checkpoint file: its record (settings alternated, the
     states agreeing), the constants restored after each setting, bad settings refused by name
     before any work."""
-    import importlib.util
     import json
-    from pathlib import Path
-
-    from shallowrelu.engine import _write_checkpoint
 
     if kernel != "numba":
         pytest.skip("the script times the default (compiled) stack")
     specs, b = rich_late_state
-    ck = tmp_path / ".checkpoint-test.pkl"
-    _write_checkpoint(ck, {"batch": b.state(), "histories": {s.key: [{"iteration": 20000}] for s in specs}})
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "checkpoint_ab.py"
-    spec = importlib.util.spec_from_file_location("checkpoint_ab", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    ck = benchmark_scripts.checkpoint(tmp_path / ".checkpoint-test.pkl", b, [s.key for s in specs], 20000)
+    mod = benchmark_scripts.load("checkpoint_ab")
     frac = grouped.UNCERTAIN_FRACTION
     assert mod.main([str(ck), "256", "2", "grouped.UNCERTAIN_FRACTION=2,grouped.MAX_UNCERTAIN=1", "default",
                      str(tmp_path / "rec.json")]) == 0

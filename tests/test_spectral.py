@@ -5,6 +5,7 @@ target inside a chunk, and runs whose certification fails (exact check, hand-ove
 
 from __future__ import annotations
 
+import benchmark_scripts
 import pytest
 import torch
 from oracle import assert_matches_reference
@@ -167,19 +168,11 @@ def test_spectral_choice(monkeypatch):
 
 def test_benchmark_script_on_a_checkpoint(late_state, small_sizes, tmp_path, capsys):
     """benchmarks/spectral_vs_grouped.py on a checkpoint file: its on/off record, the states agreeing."""
-    import importlib.util
     import json
-    from pathlib import Path
 
-    from shallowrelu.engine import _write_checkpoint
-
-    keys = [f"k{i}" for i in range(late_state.n_runs)]
-    ck = tmp_path / ".checkpoint-test.pkl"
-    _write_checkpoint(ck, {"batch": late_state.state(), "histories": {k: [{"iteration": 3000}] for k in keys}})
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "spectral_vs_grouped.py"
-    spec = importlib.util.spec_from_file_location("spectral_vs_grouped", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    ck = benchmark_scripts.checkpoint(tmp_path / ".checkpoint-test.pkl", late_state,
+                                      [f"k{i}" for i in range(late_state.n_runs)], 3000)
+    mod = benchmark_scripts.load("spectral_vs_grouped")
     assert mod.main([str(ck), "eligible", "1024", str(tmp_path / "rec.json")]) == 0
     rec = json.loads((tmp_path / "rec.json").read_text())
     assert rec["iteration"] == 3000 and rec["stops_identical"] and rec["max_rel_diff_W"] < 1e-12

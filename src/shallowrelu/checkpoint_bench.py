@@ -9,7 +9,6 @@ Appendix G sweeps) would be stepped with the wrong rule (κ, learning rate, loss
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -17,7 +16,7 @@ import torch
 from .batch import Batch
 from .engine import read_checkpoint
 from .model import LOSS_CONVENTIONS
-from .steppers.base import Stepper, StepRule
+from .steppers.base import StepRule
 from .steppers.select import make_stepper
 
 RULE = StepRule.of(LOSS_CONVENTIONS["authors"])  # the workflow's convention (config/config.yaml)
@@ -30,15 +29,11 @@ def load(ck: Path) -> tuple[Batch, int]:
     return b, max(int(h[-1]["iteration"]) for h in st["histories"].values() if h)
 
 
-def default_stepper() -> Stepper:
-    """The CPU's default stack with the stable phase on (what ``train`` steps late in training with)."""
-    return make_stepper("fast", RULE, "cpu", True)
-
-
-def timed(b: Batch, idx: torch.Tensor, t0: int, steps: int,
-          stepper: Callable[[], Stepper] = default_stepper) -> tuple[float, Batch]:
-    """Seconds for ``steps`` steps of the runs ``idx`` of ``b`` from iteration t0, and their state after."""
-    s, part = stepper(), b.take(idx)
+def timed(b: Batch, idx: torch.Tensor, t0: int, steps: int) -> tuple[float, Batch]:
+    """Seconds for ``steps`` steps of the runs ``idx`` of ``b`` from iteration t0 by a new stepper of
+    the CPU's default stack with the stable phase on (what ``train`` steps late in training with),
+    and their state after."""
+    s, part = make_stepper("fast", RULE, "cpu", True), b.take(idx)
     tic = time.perf_counter()
     s.advance(part, t0, steps)
     return time.perf_counter() - tic, part
