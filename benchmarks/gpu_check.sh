@@ -19,16 +19,18 @@
 #      (train.jobs_per_process, the GPU profile's) and as separate processes, and last a paper-size
 #      two-teacher job (d = 16, m = 25, 5 seeds, one rho) with the default and the fused step; the
 #      iteration each reached, from which benchmarks/project_grid.py projects the grid's (and the
-#      profile's GPU share's) and the two-teacher sweep's wall time and prints the gain of sharing.
-# Steps 2-4 are bounded by timeouts (80 + 100 + 75 + 200 s); the slices by BUDGET_S (default 520 s
-# from the start: call it with timeout_s = 590). Dry run on a CPU machine:
+#      profile's GPU share's) and the two-teacher sweep's wall time and prints the gain of sharing;
+#   6. the arithmetic floor of the slices' last states (floor.json, benchmarks/step_floor.py): the
+#      operations per step each layout needs and the job's floor to the cap at the H200's peak rates.
+# Steps 2-4 are bounded by timeouts (80 + 100 + 75 + 200 s); the slices by BUDGET_S (default 505 s
+# from the start), the floor by 45 s: call it with timeout_s = 590. Dry run on a CPU machine:
 #   DEVICE=cpu SKIP_CHECKS=1 SLICE_S=10 bash benchmarks/gpu_check.sh
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1
 OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT"
 START=$(date +%s)
-BUDGET_S=${BUDGET_S:-520}
+BUDGET_S=${BUDGET_S:-505}
 SLICE_S=${SLICE_S:-20}
 DEVICE=${DEVICE:-cuda}
 PY=${PYTHON:-python3}  # the Python that has torch (PYTHON=.venv/bin/python for a local dry run)
@@ -60,6 +62,12 @@ say "== real-job slices (${SLICE_S} s each)"
 "$PY" benchmarks/gpu_slices.py --device "$DEVICE" --seconds "$SLICE_S" --out "$OUT/slices.json" \
     --fused-dims ${FUSED_DIMS:-16} --merged-dims ${MERGED_DIMS:-256} --together ${TOGETHER:-4} \
     --together-d ${TOGETHER_D:-256} --deadline $(( START + BUDGET_S )) --work "$OUT/slices" 2>&1 | tee -a "$LOG"
+say "== arithmetic floor of the slices' states (floor.json; benchmarks/step_floor.py, per-run table in the record)"
+CKS=$(find "$OUT/slices" -name '.checkpoint-*.pkl' -path '*_graphs/*' 2>/dev/null | sort)
+if [ -n "$CKS" ]; then
+  # shellcheck disable=SC2086  # one path per word (the slices' folder names have no spaces)
+  timeout 45 "$PY" benchmarks/step_floor.py $CKS --out "$OUT/floor.json" 2>&1 | grep -v '^|' | tee -a "$LOG"
+fi
 rm -rf "$OUT/slices"
 "$PY" benchmarks/project_grid.py "$OUT/slices.json" 2>&1 | tee -a "$LOG"
 ls -la "$OUT" | tee -a "$LOG"

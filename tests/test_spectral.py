@@ -181,6 +181,55 @@ def test_benchmark_script_on_a_checkpoint(late_state, small_sizes, tmp_path, cap
     assert mod.main([str(ck), "some"]) == 2 and "Usage" in capsys.readouterr().out
 
 
+def test_step_floor_script(late_state, tmp_path, capsys):
+    """benchmarks/step_floor.py on a checkpoint: a hand-made run's layout (every neuron but one
+    active on every point with one direction, the last certainly dead) counted exactly; the
+    formulations' operations ordered as their definitions make them (dense ≥ dense masks ≥ point
+    lists, spectral only where spectral.classify admits the run); the job floor scaled to the job's
+    trials and the steps left; bad arguments refused by name before any work."""
+    import json
+
+    b = late_state.take(torch.arange(late_state.n_runs))
+    h = b.n_runs - 1  # the hand-made run
+    Xt = b.X[int(b.trial[h])]
+    v = torch.linalg.solve(Xt, torch.ones(Xt.shape[0], dtype=Xt.dtype))  # X v = 1: active on every point
+    b.W[h] = v
+    b.W[h, -1] = -v  # pre-activations -1: certainly dead
+    ck = benchmark_scripts.checkpoint(tmp_path / ".checkpoint-test.pkl", b, [f"k{i}" for i in range(b.n_runs)], 3000)
+    mod = benchmark_scripts.load("step_floor")
+    assert mod.main([str(ck), "--job-trials", "4", "--cap", "5000", "--time-steps", "64",
+                     "--out", str(tmp_path / "floor.json")]) == 0
+    rec = json.loads((tmp_path / "floor.json").read_text())
+    (c,) = rec["checkpoints"]
+    n, d, m = c["n"], c["d"], c["m"]
+    assert (c["iteration"], c["trials"], c["runs_training"]) == (3000, len(b.trial_groups()), int(b.running.sum()))
+    first = next(r for r in c["runs"] if r["key"] == b.keys[h])
+    assert (first["live"], first["patterns"], first["pattern_points"], first["all_points"]) == (m - 1, 1, n, m - 1)
+    assert first["spectral_eligible"] and first["few_point_candidates"] == 0
+    assert first["flops_per_step"]["spectral"] == 6.0 * min(n, d) * (m - 1)
+    limit = spectral.small_points(n)
+    for r in c["runs"]:
+        f = r["flops_per_step"]
+        assert f["dense"] >= f["grouped_masks"] >= f["grouped_lists"] and f["best"] <= f["grouped_lists"]
+        assert (f["spectral"] is not None) == r["spectral_eligible"]
+        idx = b.keys.index(r["key"])
+        assert r["spectral_eligible"] == bool(classify(b.W[idx:idx + 1], b.X[int(b.trial[idx])], limit)[0])
+    ops = 4 / c["trials"] * sum(r["flops_per_step"]["dense"] for r in c["runs"])
+    fl = c["floor"]["dense"]
+    assert fl["flops_per_step"] == pytest.approx(ops)
+    assert fl["step_s"] == pytest.approx(max(ops / 67e12, fl["bytes_per_step"] / 4.8e12))
+    assert fl["job_to_cap_s"] == pytest.approx(2000 * fl["step_s"])
+    eligible = [r["spectral_eligible"] for r in c["runs"]]
+    assert not all(eligible) and "spectral" not in c["floor"]  # a formulation of the whole batch only
+    assert c["cpu"]["seconds_per_step"] > 0 and c["cpu"]["share_of_dgemm"] > 0 and rec["cpu_dgemm_gflops"] > 0
+    assert "FLOOR" in capsys.readouterr().out
+    for bad, why in ((["--tflops", "0"], "--tflops must be > 0"), (["--time-steps", "-1"], "--time-steps"),
+                     ([], "no such checkpoint")):
+        with pytest.raises(SystemExit):
+            mod.main([str(tmp_path / "nonexistent.pkl") if not bad else str(ck)] + bad)
+        assert why in capsys.readouterr().err
+
+
 def test_few_point_limit():
     """small_points(n): n/8 candidate points per run, at most SMALL_POINTS (64 from n = 512)."""
     assert [spectral.small_points(n) for n in (16, 256, 1024, 4096)] == [2, 32, 64, 64]
