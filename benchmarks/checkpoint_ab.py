@@ -4,7 +4,9 @@ job's checkpoint (``python -m shallowrelu train ...`` stopped with SIGTERM write
 
 A setting is ``default`` (the constants as they are) or comma-separated assignments to module
 constants of shallowrelu.steppers, e.g. ``grouped.UNCERTAIN_FRACTION=1000000`` or
-``spectral.SMALL_POINTS=64,spectral.SMALL_FRACTION=8``. One thread, the CPU's default stack
+``spectral.SMALL_POINTS=64,spectral.SMALL_FRACTION=8``, and ``threads=N``: torch's (and MKL's)
+thread count, one unless a setting says otherwise (``threads=2`` against ``default``: what a job's
+``--threads 2`` buys). The CPU's default stack
 (stable phase on): every run of the checkpoint's batch is stepped K steps from the same state,
 A, B, A, B, ... for ROUNDS rounds (compilation outside the timing); prints each time, the ratio of
 the medians (A's time over B's: > 1 means B is faster) and the largest relative difference of W
@@ -31,13 +33,32 @@ from shallowrelu import checkpoint_bench
 from shallowrelu.io import provenance
 
 
+class _Threads:
+    """torch's thread count as an attribute, so that ``threads=N`` is set and restored as a constant."""
+
+    @property
+    def threads(self) -> int:
+        return torch.get_num_threads()
+
+    @threads.setter
+    def threads(self, n: int) -> None:
+        torch.set_num_threads(n)
+
+
 def parse(setting: str) -> list[tuple[Any, str, Any]]:
-    """``default`` → []; ``mod.NAME=value,...`` → (module, NAME, value) for existing constants."""
+    """``default`` → []; ``mod.NAME=value,...`` → (module, NAME, value) for existing constants;
+    ``threads=N`` (N ≥ 1) → torch's thread count."""
     if setting == "default":
         return []
-    out = []
+    out: list[tuple[Any, str, Any]] = []
     for item in setting.split(","):
         target, _, value = item.partition("=")
+        if target.strip() == "threads":
+            n = value.strip()
+            if not (n.isdigit() and int(n) >= 1):
+                raise SystemExit(f"bad setting {item!r}: threads=N wants a whole number N >= 1")
+            out.append((_Threads(), "threads", int(n)))
+            continue
         mod_name, _, name = target.strip().rpartition(".")
         try:
             mod = importlib.import_module(f"shallowrelu.steppers.{mod_name}")

@@ -507,10 +507,14 @@ def test_checkpoint_ab_benchmark(kernel, rich_late_state, tmp_path, monkeypatch,
     assert mod.main([str(ck), "256", "2", "grouped.UNCERTAIN_FRACTION=2,grouped.MAX_UNCERTAIN=1", "default",
                      str(tmp_path / "rec.json")]) == 0
     assert (grouped.UNCERTAIN_FRACTION, grouped.MAX_UNCERTAIN) == (frac, 8)
+    with mod.applied(mod.parse("threads=3,grouped.MAX_UNCERTAIN=2")):  # torch's thread count, set and restored
+        assert (torch.get_num_threads(), grouped.MAX_UNCERTAIN) == (3, 2)
+    assert (torch.get_num_threads(), grouped.MAX_UNCERTAIN) == (1, 8)
     rec = json.loads((tmp_path / "rec.json").read_text())
     assert rec["iteration"] == 20000 and rec["stops_identical"] and rec["max_rel_diff_W"] < 1e-12
     assert len(rec["seconds_A"]) == len(rec["seconds_B"]) == 2 and rec["B"] == "default"
-    bad_settings = [("grouped.NOPE=1", "NOPE"), ("grouped.MAX_UNCERTAIN=1.5", "is a int"), ("nomodule.X=1", "nomodule")]
+    bad_settings = [("grouped.NOPE=1", "NOPE"), ("grouped.MAX_UNCERTAIN=1.5", "is a int"), ("nomodule.X=1", "nomodule"),
+                    ("threads=0", "N >= 1")]
     for bad, why in bad_settings:
         with pytest.raises(SystemExit, match=why):
             mod.main(["/nonexistent", "1", "1", bad, "default"])
