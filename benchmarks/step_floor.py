@@ -11,6 +11,8 @@ operations one gradient-descent step of the run needs, written the ways the step
   dense          4·n·d·L        h = Σ_j a_j relu(X w_j) and g_j = Xᵀ(s_j ∘ r), every live neuron
   grouped_masks  4·n·d·G        the grouped stepper's torch/CUDA path: one direction per pattern,
                                  patterns as dense n-masks (per-dataset padding ignored: a floor)
+  torch_gram     the same, but the patterns that steppers/gram.py admits (few points) stepped in
+                 pre-activation coordinates: 2·p² + 6·m·p each (p points, m members)
   grouped_lists  4·d·Σ|P_k|     the compiled path's point lists: each pattern's own points only
   spectral       6·k·L + 4·d·c  eligible runs only: O(m·k) in X's singular basis, c few-point
                                  candidates; no other stepper's arithmetic is smaller
@@ -43,10 +45,10 @@ import torch
 
 from shallowrelu import checkpoint_bench
 from shallowrelu.io import atomic_write_json, provenance
-from shallowrelu.steppers import spectral
+from shallowrelu.steppers import gram, spectral
 from shallowrelu.steppers.dense import dead_given_pre, rounding_bound
 
-FORMS = ("dense", "grouped_masks", "grouped_lists", "spectral", "best")
+FORMS = ("dense", "grouped_masks", "torch_gram", "grouped_lists", "spectral", "best")
 
 
 def run_layouts(b: Any) -> list[dict[str, Any]]:
@@ -69,9 +71,17 @@ def run_layouts(b: Any) -> list[dict[str, Any]]:
                 continue
             live = ~dead[q]
             pats = (pre[q] > 0)[live]
-            distinct = torch.unique(pats, dim=0) if pats.shape[0] else pats
+            if pats.shape[0]:
+                distinct, inverse = torch.unique(pats, dim=0, return_inverse=True)
+                members = torch.bincount(inverse, minlength=distinct.shape[0])
+            else:
+                distinct, members = pats, torch.zeros(0, dtype=torch.long)
+            points = distinct.sum(-1)
+            gram_ok = gram.choose(points, members, torch.zeros_like(points), n, d)
+            p, mm = points[gram_ok].to(torch.float64), members[gram_ok].to(torch.float64)
             rows.append({"key": b.keys[r], "trial": t, "live": int(live.sum()), "patterns": int(distinct.shape[0]),
-                         "pattern_points": int(distinct.sum()), "all_points": int((pre[q] > rnd[q]).all(-1).sum()),
+                         "pattern_points": int(points.sum()), "all_points": int((pre[q] > rnd[q]).all(-1).sum()),
+                         "gram_patterns": int(gram_ok.sum()), "gram_ops": float((2 * p * p + 6 * mm * p).sum()),
                          "spectral_eligible": bool(ok[q]), "few_point_candidates": int(cand[q].sum())})
     return rows
 
@@ -84,6 +94,7 @@ def flops_per_step(row: dict[str, Any], n: int, d: int) -> dict[str, float | Non
     f: dict[str, float | None] = {
         "dense": 4.0 * n * d * L + members,
         "grouped_masks": 4.0 * n * d * row["patterns"] + members,
+        "torch_gram": 4.0 * n * d * (row["patterns"] - row["gram_patterns"]) + row["gram_ops"] + members,
         "grouped_lists": 4.0 * d * row["pattern_points"] + members,
         "spectral": 6.0 * k * L + 4.0 * d * row["few_point_candidates"] if row["spectral_eligible"] else None}
     f["best"] = min(v for v in f.values() if v is not None)
@@ -162,15 +173,16 @@ def report(rec: dict[str, Any]) -> None:
         n, d = c["n"], c["d"]
         print(f"\n{c['checkpoint']}: iteration {c['iteration']:,}, d = {d}, m = {c['m']}, "
               f"{c['runs_training']} runs training ({c['trials']} trial(s))")
-        print("| run | live | patterns | points/n per pattern | on all points | spectral | "
-              "MFLOP/step: dense | masks | lists | best |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("| run | live | patterns | points/n per pattern | on all points | Gram | spectral | "
+              "MFLOP/step: dense | masks | masks + Gram | lists | best |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in c["runs"]:
             f = r["flops_per_step"]
             per = r["pattern_points"] / max(1, r["patterns"]) / n
             print(f"| {_short(r['key'])} | {r['live']} | {r['patterns']} | {per:.2f} | {r['all_points']} | "
-                  f"{'yes' if r['spectral_eligible'] else 'no'} | {f['dense'] / 1e6:.1f} | "
-                  f"{f['grouped_masks'] / 1e6:.1f} | {f['grouped_lists'] / 1e6:.1f} | {f['best'] / 1e6:.2f} |")
+                  f"{r['gram_patterns']} | {'yes' if r['spectral_eligible'] else 'no'} | {f['dense'] / 1e6:.1f} | "
+                  f"{f['grouped_masks'] / 1e6:.1f} | {f['torch_gram'] / 1e6:.1f} | {f['grouped_lists'] / 1e6:.1f} | "
+                  f"{f['best'] / 1e6:.2f} |")
         print(f"FLOOR at {rec['peak_tflops']} TFLOP/s and {rec['peak_tbps']} TB/s, a job of {rec['job_trials']} "
               f"trial(s) like this one, every run still training continued to the cap {rec['cap']:.0e}:")
         for form, v in c["floor"].items():

@@ -16,20 +16,23 @@ from shallowrelu import blas, kernels, step_kernel
 from shallowrelu.bench import light_batch
 from shallowrelu.datasets import make_trial
 from shallowrelu.engine import RunSpec, TrainConfig, train
-from shallowrelu.steppers import group_choice, grouped
+from shallowrelu.steppers import gram, group_choice, grouped
 from shallowrelu.steppers.base import StepRule
 from shallowrelu.steppers.dense import FastStepper
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(autouse=True, params=["numba", "torch"])
+@pytest.fixture(autouse=True, params=["numba", "torch", "torch-gram"])
 def kernel(request, monkeypatch):
-    """Every test with the fused numba kernels (kernels.py) and with the torch step."""
+    """Every test with the fused numba kernels (kernels.py), with the torch step, and with the
+    torch step's Gram groups at any size (steppers/gram.py; by default only from n·d = 2^18 on)."""
     if request.param == "numba" and not kernels.use_numba():
         pytest.skip("numba not importable")
-    monkeypatch.setenv(kernels.ENV, request.param)
-    return request.param
+    if request.param == "torch-gram":
+        monkeypatch.setattr(gram, "MIN_POINTS_X_DIM", 0)
+    monkeypatch.setenv(kernels.ENV, request.param.removesuffix("-gram"))
+    return request.param.removesuffix("-gram")
 
 
 @pytest.fixture(autouse=True)
@@ -139,6 +142,43 @@ def test_torch_path_blocks_replayed_from_a_graph(monkeypatch, counters, kernel, 
     assert reasons == {"loss_target", "max_iters"}
     assert counters["graph_captures"] > 1 and counters["graph_replays"] > counters["graph_captures"]
     assert counters["redone_blocks"] > 0 and counters["rebuilds"] > 0
+
+
+@pytest.mark.parametrize("graphs", [False, True])
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_gram_groups_match_the_reference(monkeypatch, counters, kernel, device, graphs):
+    """The torch path with its Gram groups (steppers/gram.py) at any size, most groups of few
+    points stepped in pre-activation coordinates and their weights brought up to date at the end of
+    each block: iterates, stop iterations and reasons stay the reference's, with runs meeting the
+    loss target inside blocks (undone, redone step by step), with blocks replayed from a captured
+    graph (``graphs``), and with layouts rebuilt after demotions; Gram groups were used."""
+    if kernel != "torch" or gram.MIN_POINTS_X_DIM == 0:
+        pytest.skip("the torch path's (once: the torch-gram variant is this one)")
+    monkeypatch.setattr(gram, "MIN_POINTS_X_DIM", 0)
+    monkeypatch.setattr(grouped, "CPU_GRAPHS", graphs)
+    monkeypatch.setattr(grouped, "BLOCK_STEPS", 8)
+    monkeypatch.setattr(grouped, "MIN_STEPS", 1)
+    trials = [make_trial("centred", 12, 40, 5), make_trial("uncentred", 12, 40, 6)]
+    specs = [RunSpec(tr, 4.0**e, f"{tr.scheme}{e}") for tr in trials for e in [2, 0, -3, -6, -9]]
+    cfg = TrainConfig(max_iters=6000, n_log=12, device=device, loss_target=1e-5, stable_phase="on")
+    reasons = set()
+    for spec, res in zip(specs, train(specs, cfg, progress=False)):
+        reasons.add(_check(res, spec, 6000, 12, target=1e-5).stop_reason)
+    assert reasons == {"loss_target", "max_iters"}
+    assert counters["torch_gram_groups"] > 0 and counters["redone_blocks"] > 0 and counters["rebuilds"] > 0
+    assert (counters["graph_replays"] > 0) == graphs
+
+
+def test_torch_gram_choice(monkeypatch, kernel):
+    """gram.choose: few points, no uncertain ones, cheaper than the n-mask share (not with 11000
+    members of 64 points), n·d large enough."""
+    monkeypatch.setattr(gram, "MIN_POINTS_X_DIM", 1 << 18)
+    pts, mem = torch.tensor([1, 10, 64, 65, 10, 64]), torch.tensor([1, 3, 1, 1, 1, 11000])
+    unc = torch.tensor([0, 0, 0, 0, 2, 0])
+    if kernel != "numba":
+        pytest.skip("once")
+    assert gram.choose(pts, mem, unc, 1024, 1024).tolist() == [True, True, True, False, False, False]
+    assert not gram.choose(pts, mem, unc, 256, 256).any()  # n·d below MIN_POINTS_X_DIM
 
 
 def _light(tr, lam):

@@ -50,6 +50,7 @@ from typing import Any
 import torch
 
 from .. import blas, kernels, step_kernel
+from . import gram as gram_groups
 from .base import StepRule, capture_graph
 from .dense import FastStepper, certainly_dead, rounding_bound
 from .group_choice import Groups, choose_groups
@@ -68,6 +69,7 @@ GRAPHS = True  # torch path on CUDA: full blocks of BLOCK_STEPS steps replayed f
 GRAPH_AFTER_BLOCKS = 4  # ... captured once a layout has survived to blocks this many BLOCK_STEPS long
 CPU_GRAPHS = False  # the same capture/replay logic on the CPU, replaying eagerly (tests switch this on)
 PARTS = True  # compiled path: runs stepped in parts of the batch (GroupedStepper.parts)
+TORCH_GRAM = True  # torch path: groups with few points step in pre-activation coordinates (steppers/gram.py)
 PRODUCT_POINTS_FRACTION = 0.25  # compiled path: groups with at least this share of the n points ...
 
 
@@ -116,9 +118,14 @@ class GroupSet:
     in the per-dataset product buffers (``products``: the compiled path's, kernels._product_pass;
     −1: loops). Per member j:
     ``W`` (N, d), ``a`` (N,), ``gid`` (N,), ``margin``, ``zn`` = ‖(w_j, a_j)‖ at the refresh and
-    ``allow`` (rounding allowance per step)."""
+    ``allow`` (rounding allowance per step). With ``gram`` (the torch path) the groups that
+    gram.choose admits step in pre-activation coordinates (``self.gram``, gram.GramGroups; their
+    members' W is brought up to date by :meth:`sync`), the others (``wide_idx``) by the n-mask
+    products, in which a Gram group's members sit in a padded row of zero pattern (no share, no
+    direction)."""
 
-    def __init__(self, fs: FastStepper, groups_by_slot: Groups, coef: float, products: bool = False):
+    def __init__(self, fs: FastStepper, groups_by_slot: Groups, coef: float, products: bool = False,
+                 gram: bool = False):
         dev, dt = fs.W.device, fs.W.dtype
         n, d, Q = fs.n, fs.d, fs.Q
         self.n, self.d, self.coef = n, d, coef
@@ -166,28 +173,40 @@ class GroupSet:
                 n_prod[s] += 1
         self.Gd = max(n_prod) if n_prod else 0
         self.dpos = torch.where(self.dpos >= 0, (self.slot // Q) * self.Gd + self.dpos, self.dpos)
+        # torch path: the Gram groups apart (steppers/gram.py), the others ("wide") by n-mask products
+        self.gram: gram_groups.GramGroups | None = None
+        which = torch.zeros(G, dtype=torch.bool, device=dev)
+        if gram and G:
+            which = gram_groups.choose(counts, torch.tensor(sizes, device=dev), n_unc, n, d)
+            if bool(which.any()):
+                self.gram = gram_groups.GramGroups(fs.Xg, Q, self.slot, self.pts_ptr, self.pts, self.gid, which)
         # padded per-dataset positions for the torch path's matrix products
         ds = (self.slot // Q).tolist()
         S_ds = fs.Xg.shape[0]
         per = [0] * S_ds
-        within = []  # position of each group among its dataset's groups
-        for s in ds:
-            within.append(per[s])
-            per[s] += 1
-        self.Gmax = Gmax = max(1, max(per))
-        self.flatpos = torch.tensor([s * Gmax + p for s, p in zip(ds, within)], dtype=torch.long, device=dev)
+        within = []  # position of each group among its dataset's wide groups (Gram groups: the last row)
+        for s, g in zip(ds, which.tolist()):
+            within.append(-1 if g else per[s])
+            per[s] += 0 if g else 1
+        # with Gram groups one more row per dataset, zero pattern, for their members: their share there is
+        # exactly zero and their direction zero, so the members' updates below leave them as they are
+        self.Gmax = Gmax = max(1, max(per) + (self.gram is not None))
+        flat_all = torch.tensor([s * Gmax + (p if p >= 0 else Gmax - 1) for s, p in zip(ds, within)],
+                                dtype=torch.long, device=dev)
+        self.wide_idx = torch.nonzero(~which).flatten()
+        self.flatpos = flat_all[self.wide_idx]
         # padded rows (S·Gmax): the groups at flatpos, zero patterns elsewhere, which add exact zeros
         # to their dataset's first slot (fewer kernels per step than gathering into padding)
         P = S_ds * Gmax
         self.S_pad = torch.zeros(P, n, dtype=dt, device=dev)
-        self.S_pad[self.flatpos] = self.S
+        self.S_pad[self.flatpos] = self.S[self.wide_idx]
         self.slot_pad = (torch.arange(P, device=dev) // Gmax) * Q
-        self.slot_pad[self.flatpos] = self.slot
+        self.slot_pad[self.flatpos] = self.slot[self.wide_idx]
         self.u_pad = torch.zeros(P, d, dtype=dt, device=dev)
         self.Xg, self.XgT = fs.Xg, fs.XgT
         self.xnorm = torch.linalg.vector_norm(fs.Xg, dim=-1)  # (S, n)
         self.ds_of_member = (self.slot // Q)[self.gid]
-        self.gid_pad = self.flatpos[self.gid]  # each member's padded row
+        self.gid_pad = flat_all[self.gid]  # each member's padded row
         self.W = torch.zeros(self.N, d, dtype=dt, device=dev)
         self.a = torch.zeros(self.N, dtype=dt, device=dev)
         self.gsum = torch.zeros(G, dtype=dt, device=dev)
@@ -201,6 +220,21 @@ class GroupSet:
     def load(self, W: torch.Tensor, a: torch.Tensor) -> None:
         self.W.copy_(W[self._at])
         self.a.copy_(a[self._at])
+        if self.gram is not None:
+            self.gram.setup(self.W)
+
+    def sync(self) -> None:
+        """The Gram groups' weights brought up to date (gram.GramGroups.flush), their coordinates
+        taken afresh from them; nothing without Gram groups."""
+        if self.gram is not None:
+            self.gram.flush(self.W)
+            self.gram.setup(self.W)
+
+    def resume(self) -> None:
+        """After W and a were restored to the state of the last :meth:`sync`: the Gram groups'
+        coordinates taken from them again (the steps since discarded)."""
+        if self.gram is not None:
+            self.gram.setup(self.W)
 
     def store(self, W: torch.Tensor, a: torch.Tensor) -> None:
         W[self._at] = self.W
@@ -221,6 +255,8 @@ class GroupSet:
         H.mul_(self.S_pad)
         out.zero_()
         out.index_add_(0, self.slot_pad, H)
+        if self.gram is not None:
+            self.gram.h(out, self.a)
 
     def update(self, r: torch.Tensor, coef_member: torch.Tensor) -> None:
         """One step with residual r (SQ, n); coef_member (N,) = coef, or 0 for stopped runs.
@@ -228,9 +264,13 @@ class GroupSet:
         compiled.) The padding rows' directions are never used."""
         V = self.S_pad * r[self.slot_pad]
         g = torch.bmm(V.view(self.Xg.shape[0], self.Gmax, self.n), self.Xg).view(-1, self.d)  # (S·Gmax, d)
-        self.gsum.add_(torch.linalg.vector_norm(g, dim=-1)[self.flatpos])
-        gg = g[self.gid_pad]
+        gg = g[self.gid_pad]  # (a Gram group's member: its zero row)
         ga = (self.W * gg).sum(-1)  # w_j·g_k with the old w_j
+        if self.gram is None:
+            self.gsum.add_(torch.linalg.vector_norm(g, dim=-1)[self.flatpos])
+        else:
+            self.gsum.index_add_(0, self.wide_idx, torch.linalg.vector_norm(g, dim=-1)[self.flatpos])
+            self.gram.update(r, self.a, coef_member, self.gsum)  # its members: a here, W at sync()
         self.W.addcmul_(gg, (self.a * coef_member)[:, None])
         self.a.addcmul_(ga, coef_member)
 
@@ -301,7 +341,7 @@ class _Piece:
                          selector=False if self.compiled else None)
         fs.load(b, t)
         by_slot = [groups[r] if ok else [] for r, ok in zip(fs.slot_run.tolist(), fs.real.tolist())]
-        self.groups = GroupSet(fs, by_slot, self.coef, products=self.compiled)
+        self.groups = GroupSet(fs, by_slot, self.coef, products=self.compiled, gram=not self.compiled and TORCH_GRAM)
         self.groups.load(b.W, b.a)
         self.fs = fs
         self.y0 = fs.y.clone()
@@ -315,6 +355,7 @@ class _Piece:
         self.product_groups = int((self.groups.dpos >= 0).sum())
         self.gram_groups = self.kernel.n_gram if self.kernel is not None else 0
         self.gram_uncertain = self.kernel.n_gram_uncertain if self.kernel is not None else 0
+        self.torch_gram = 0 if self.groups.gram is None else int(self.groups.gram.idx.numel())
         self.uncertain_neurons = int((self.groups.unc_ptr[1:] > self.groups.unc_ptr[:-1]).sum())
         self.exact_neurons = int(exact.sum())
         runs, neurons = self.groups.neurons(torch.ones(self.groups.N, dtype=torch.bool, device=b.W.device))
@@ -350,6 +391,7 @@ class _Piece:
             dst.copy_(src)
         gr.W.copy_(gr.W_bak)
         gr.a.copy_(gr.a_bak)
+        gr.resume()
 
     def _demote(self, mask: torch.Tensor, t: int) -> None:
         """Take the members in ``mask`` (N,) out of their groups and rebuild the layout at t: once
@@ -377,6 +419,7 @@ class _Piece:
                 self.redone += 1
                 for _ in range(steps):
                     self._step(None, None)
+            self.groups.sync()  # W current at every block's end (refresh, undo, store read it)
         self.groups.steps_since_refresh += steps
 
     def _unchecked(self, steps: int) -> None:
@@ -486,7 +529,7 @@ class _Piece:
                 break
         self._store()
         _count(pieces=1, group_neurons=self.group_neurons, product_groups=self.product_groups,
-               gram_groups=self.gram_groups, gram_uncertain=self.gram_uncertain,
+               gram_groups=self.gram_groups, gram_uncertain=self.gram_uncertain, torch_gram_groups=self.torch_gram,
                uncertain_neurons=self.uncertain_neurons,
                exact_neurons=self.exact_neurons, rebuilds=self.rebuilds,
                demoted=self.demoted, redone_blocks=self.redone, refreshes=self.refreshes,

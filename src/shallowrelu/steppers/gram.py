@@ -1,0 +1,128 @@
+"""Gram groups on the grouped stepper's torch path (CUDA; the CPU without numba): pattern groups
+with few points stepped in pre-activation coordinates.
+
+The torch path forms each group's share of h and its direction g_k from n-wide masks, a matrix
+product over all n points per group and step (~4·n·d operations). Late in training most groups
+of a rich run are J− neurons active on a handful of points — at d = 1024, m = 200 from t ≈ 1000
+on, ~100 groups of ~10 points per run (benchmarks/step_floor.py,
+benchmarks/floor-d1024-m200-centred-bench-states.json: 21.8 GFLOP per step of an 80-run batch
+with n-masks against 2.7 with each group's own points). As on the compiled path
+(kernels._gram_group), a group with points P (p of them) steps in the coordinates Z_ji = w_j·x_i
+(i ∈ P) with K_P = X_P X_Pᵀ. With v = r_P: w_j·g = Z_j·v and x_i·g = (K_P v)_i, so
+
+    a_j ← a_j + c·(Z_j·v),   Z_j ← Z_j + c·a_j·K_P v,   C_j ← C_j + c·a_j·v      (c = coef),
+
+and the weights follow as w_j ← w_j + X_Pᵀ C_j at :meth:`GramGroups.flush` — O(p²) per group and
+O(p) per member and step instead of O(n·d), batched over the batch's Gram groups (padded to the
+largest p; no host synchronisation, so a block of steps is captured in one CUDA graph as before).
+The certification bound takes √(vᵀK_P v + δ) for ‖g_k‖, δ = (2(d + 2)u + 4p·u)·(Σ_i |v_i|·‖x_i‖)²
+covering the rounding of K_P's entries and of the sums over P (kernels._gram_group's bound). The
+arithmetic is another basis: the iterates are the reference's to rounding, not bit for bit.
+"""
+
+from __future__ import annotations
+
+import torch
+
+MAX_POINTS = 64  # a group with at most this many points ...
+# ... whose step in these coordinates (p² + 6·m·p for m members) costs less than its n-mask share (4·n·d),
+MIN_POINTS_X_DIM = 1 << 18  # ... where n·d is at least this: the Gram step adds ~15 kernels per step, which at
+# small n·d (a GPU step there is launch-bound, not arithmetic-bound) cost more than the products they save
+CHUNK_BYTES = 1 << 26  # K_P is formed for this many bytes of gathered X rows at a time
+
+
+def choose(points: torch.Tensor, members: torch.Tensor, uncertain: torch.Tensor, n: int, d: int) -> torch.Tensor:
+    """(G,) which groups (``points`` p, ``members`` m, ``uncertain`` points per group) step as Gram
+    groups: n·d ≥ MIN_POINTS_X_DIM, 1 ≤ p ≤ MAX_POINTS, no uncertain points, p² + 6·m·p ≤ 4·n·d."""
+    p, m = points.to(torch.float64), members.to(torch.float64)
+    ok = (points >= 1) & (points <= MAX_POINTS) & (uncertain == 0) & (p * p + 6.0 * m * p <= 4.0 * n * d)
+    return ok & (n * d >= MIN_POINTS_X_DIM)
+
+
+class GramGroups:
+    """The Gram groups ``which`` (G,) of a GroupSet: their points padded to P columns, K_P, and per
+    member (``mg`` its index among the GroupSet's members, ``zg`` its group's row here) the
+    coordinates Z, the accumulated coefficients C and umax, the largest bound |c·a_j|·‖g‖ on one
+    step's change of a coordinate of w_j since :meth:`setup` (for the frozen rule of :meth:`flush`)."""
+
+    def __init__(self, Xg: torch.Tensor, Q: int, slot: torch.Tensor, pts_ptr: torch.Tensor, pts: torch.Tensor,
+                 gid: torch.Tensor, which: torch.Tensor):
+        dev, dt = Xg.device, Xg.dtype
+        self.Xg, self.n, self.d = Xg, Xg.shape[1], Xg.shape[2]
+        self.idx = torch.nonzero(which).flatten()
+        Gg = int(self.idx.numel())
+        lo, hi = pts_ptr[self.idx], pts_ptr[self.idx + 1]
+        counts = hi - lo
+        self.P = P = int(counts.max())
+        col = torch.arange(P, device=dev)
+        real = col[None, :] < counts[:, None]  # (Gg, P)
+        self.pts = torch.where(real, pts[(lo[:, None] + col).clamp(max=pts.numel() - 1)], 0)
+        self.mask = real.to(dt)
+        self.scatter_at = torch.where(real, self.pts, self.n)  # padding to an extra column, dropped
+        self.slot = slot[self.idx]
+        self.ds = self.slot // Q
+        row_of = torch.full((slot.numel(),), -1, dtype=torch.long, device=dev)
+        row_of[self.idx] = torch.arange(Gg, device=dev)
+        self.mg = torch.nonzero(row_of[gid] >= 0).flatten()
+        self.zg = row_of[gid[self.mg]]
+        self.K = torch.empty(Gg, P, P, dtype=dt, device=dev)
+        step = max(1, CHUNK_BYTES // (8 * P * self.d))
+        for k0 in range(0, Gg, step):
+            rows = self.Xg[self.ds[k0:k0 + step, None], self.pts[k0:k0 + step]] * self.mask[k0:k0 + step, :, None]
+            torch.bmm(rows, rows.transpose(1, 2), out=self.K[k0:k0 + step])
+        self.xnorm = torch.sqrt(torch.diagonal(self.K, dim1=1, dim2=2).clamp(min=0))  # ‖x_i‖ (0 on padding)
+        u = torch.finfo(dt).eps / 2
+        self.unit = (2.0 * (self.d + 2) + 4.0 * counts.to(dt)) * u  # per group: K's entries, the sums over P
+        Ng = int(self.mg.numel())
+        self.Z = torch.zeros(Ng, P, dtype=dt, device=dev)
+        self.C = torch.zeros_like(self.Z)
+        self.umax = torch.zeros(Ng, dtype=dt, device=dev)
+        self.hz = torch.zeros(Gg, P, dtype=dt, device=dev)
+        self.H = torch.zeros(Gg, self.n + 1, dtype=dt, device=dev)
+
+    def _rows(self, c: int) -> torch.Tensor:
+        """(Ng, d): each member's group's c-th point x_i (a real point's row; zero on padding)."""
+        return self.Xg[self.ds[self.zg], self.pts[self.zg, c]] * self.mask[self.zg, c, None]
+
+    def setup(self, W: torch.Tensor) -> None:
+        """Z = the members' pre-activations on their points from the GroupSet's weights W, C = 0, umax = 0."""
+        Wm = W[self.mg]
+        for c in range(self.P):
+            torch.sum(self._rows(c) * Wm, dim=-1, out=self.Z[:, c])
+        self.C.zero_()
+        self.umax.zero_()
+
+    def flush(self, W: torch.Tensor) -> None:
+        """W ← W + X_Pᵀ C for the members (the steps since :meth:`setup`), except coordinates no
+        step could change: where w ± umax rounds to w every step's update rounded away in the
+        step-by-step arithmetic, so the coordinate keeps its value there too (the frozen rule)."""
+        Wm = W[self.mg]
+        acc = torch.zeros_like(Wm)
+        for c in range(self.P):
+            acc.addcmul_(self.C[:, c, None], self._rows(c))
+        um = self.umax[:, None]
+        keep = (Wm + um == Wm) & (Wm - um == Wm)
+        W[self.mg] = torch.where(keep, Wm, Wm + acc)
+
+    def h(self, out: torch.Tensor, a: torch.Tensor) -> None:
+        """Add the groups' share Σ_j a_j Z_ji of h at their points to ``out`` (SQ, n)."""
+        self.hz.zero_()
+        self.hz.index_add_(0, self.zg, self.Z * a[self.mg, None])
+        self.H.zero_()
+        self.H.scatter_(1, self.scatter_at, self.hz)
+        out.index_add_(0, self.slot, self.H[:, :self.n])
+
+    def update(self, r: torch.Tensor, a: torch.Tensor, coef_member: torch.Tensor, gsum: torch.Tensor) -> None:
+        """One step with residual r (SQ, n): the members' a, Z, C, umax; each group's ‖g_k‖ bound to gsum."""
+        v = r[self.slot[:, None], self.pts] * self.mask
+        kv = torch.bmm(self.K, v.unsqueeze(-1)).squeeze(-1)
+        s_abs = (v.abs() * self.xnorm).sum(-1)
+        gn = torch.sqrt((v * kv).sum(-1).clamp(min=0) + self.unit * s_abs * s_abs)
+        gsum.index_add_(0, self.idx, gn)
+        vm = v[self.zg]
+        am = a[self.mg]
+        sc = am * coef_member[self.mg]
+        a[self.mg] = am + (self.Z * vm).sum(-1) * coef_member[self.mg]  # w_j·g with the old w_j
+        torch.maximum(self.umax, sc.abs() * gn[self.zg], out=self.umax)
+        self.Z.addcmul_(kv[self.zg], sc[:, None])
+        self.C.addcmul_(vm, sc[:, None])
