@@ -27,20 +27,28 @@ def test_record_names_every_timing_and_the_late_call_length(tmp_path, capsys):
 
 
 def test_grouped_without_graphs_is_timed_beside_it(tmp_path, monkeypatch):
-    """The ``grouped_late_eager`` variant (CUDA only; forced here on the CPU, where the torch
-    path's graphs are CPU_GRAPHS' eager stand-in) is recorded next to ``grouped_late``."""
+    """The ``grouped_late_eager`` and ``grouped_late_masks`` variants (CUDA only; forced here on the
+    CPU, where the torch path's graphs are CPU_GRAPHS' eager stand-in, with Gram groups at any size)
+    are recorded next to ``grouped_late``; the masks variant steps without Gram groups, the default
+    one with them, and the setting is restored."""
     from shallowrelu import bench, kernels
-    from shallowrelu.steppers import grouped
+    from shallowrelu.steppers import gram, grouped
 
     monkeypatch.setenv(kernels.ENV, "torch")
     monkeypatch.setattr(grouped, "CPU_GRAPHS", True)
+    monkeypatch.setattr(gram, "MIN_POINTS_X_DIM", 0)
     monkeypatch.setattr(bench, "_time_eager", lambda dev, d: True)
+    monkeypatch.setattr(bench, "_time_masks", lambda dev, d: True)
     monkeypatch.setattr(grouped, "COUNTERS", {})
+    seen = []
+    build = grouped._Piece._build
+    monkeypatch.setattr(grouped._Piece, "_build", lambda self, t: seen.append(grouped.TORCH_GRAM) or build(self, t))
     out = tmp_path / "bench.json"
     assert main(TINY + ["--late-min-steps", "2048", "--out", str(out)]) == 0
     rates = json.loads(out.read_text())["results"][0]["run_iterations_per_s"]
-    assert rates["grouped_late_eager"] > 0 and rates["grouped_late"] > 0
+    assert rates["grouped_late_eager"] > 0 and rates["grouped_late"] > 0 and rates["grouped_late_masks"] > 0
     assert grouped.COUNTERS.get("graph_replays", 0) > 0  # the grouped variant replayed (the eager one: never)
+    assert grouped.COUNTERS.get("torch_gram_groups", 0) > 0 and False in seen and grouped.TORCH_GRAM
 
 
 @pytest.mark.parametrize(("flag", "value", "message"), [

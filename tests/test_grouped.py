@@ -82,7 +82,7 @@ def test_grouped_matches_reference_across_regimes(counters, device, dense_groups
     assert reasons == {"loss_target", "max_iters"}
     assert counters["group_neurons"] > 0 and counters["exact_neurons"] > 0 and counters["refreshes"] > 0
     compiled = kernel == "numba" and device == "cpu"
-    assert (counters["uncertain_neurons"] > 0) == compiled
+    assert (counters["uncertain_neurons"] > 0) == (compiled or grouped.gram_groups.MIN_POINTS_X_DIM == 0)
     assert (counters["gram_groups"] > 0) == (compiled and gram) == (counters["gram_uncertain"] > 0)
     assert (counters["product_groups"] > 0) == (compiled and dense_groups and blas.available())
 
@@ -104,7 +104,8 @@ def test_grouped_demotes_on_pattern_change_and_stops_exactly(monkeypatch, counte
         reasons.add(_check(res, spec, 3000, 30, target=1e-4).stop_reason)
     assert "loss_target" in reasons
     assert counters["demoted"] > 0 and counters["rebuilds"] > 0 and counters["refreshes"] > 1
-    if kernel == "numba":  # demoted once: a one-neuron group; demoted again in the piece: exact
+    if kernel == "numba" or gram.MIN_POINTS_X_DIM == 0:  # demoted once: a one-neuron group (on the torch
+        # path a Gram group); demoted again in the piece: exact
         assert counters["readmitted"] > 0 and counters["demoted_twice"] > 0 and counters["exact_neurons"] > 0
     else:
         assert counters["readmitted"] == 0 and counters["demoted_twice"] == 0
@@ -144,17 +145,23 @@ def test_torch_path_blocks_replayed_from_a_graph(monkeypatch, counters, kernel, 
     assert counters["redone_blocks"] > 0 and counters["rebuilds"] > 0
 
 
-@pytest.mark.parametrize("graphs", [False, True])
+@pytest.mark.parametrize("graphs, buckets", [(False, None), (True, None), (False, (1, 3, 128))])
 @pytest.mark.parametrize("device", DEVICES)
-def test_torch_gram_groups_match_the_reference(monkeypatch, counters, kernel, device, graphs):
+def test_torch_gram_groups_match_the_reference(monkeypatch, counters, kernel, device, graphs, buckets):
     """The torch path with its Gram groups (steppers/gram.py) at any size, most groups of few
     points stepped in pre-activation coordinates and their weights brought up to date at the end of
     each block: iterates, stop iterations and reasons stay the reference's, with runs meeting the
     loss target inside blocks (undone, redone step by step), with blocks replayed from a captured
-    graph (``graphs``), and with layouts rebuilt after demotions; Gram groups were used."""
+    graph (``graphs``), and with layouts rebuilt after demotions; with size classes small enough
+    that a layout's Gram groups fall into several (``buckets``); Gram groups were used."""
     if kernel != "torch" or gram.MIN_POINTS_X_DIM == 0:
         pytest.skip("the torch path's (once: the torch-gram variant is this one)")
     monkeypatch.setattr(gram, "MIN_POINTS_X_DIM", 0)
+    if buckets:
+        monkeypatch.setattr(gram, "BUCKETS", buckets)
+        parts = []
+        init = gram.GramSet.__init__
+        monkeypatch.setattr(gram.GramSet, "__init__", lambda self, *a: init(self, *a) or parts.append(len(self.parts)))
     monkeypatch.setattr(grouped, "CPU_GRAPHS", graphs)
     monkeypatch.setattr(grouped, "BLOCK_STEPS", 8)
     monkeypatch.setattr(grouped, "MIN_STEPS", 1)
@@ -167,17 +174,19 @@ def test_torch_gram_groups_match_the_reference(monkeypatch, counters, kernel, de
     assert reasons == {"loss_target", "max_iters"}
     assert counters["torch_gram_groups"] > 0 and counters["redone_blocks"] > 0 and counters["rebuilds"] > 0
     assert (counters["graph_replays"] > 0) == graphs
+    assert not buckets or max(parts) > 1
 
 
 def test_torch_gram_choice(monkeypatch, kernel):
-    """gram.choose: few points, no uncertain ones, cheaper than the n-mask share (not with 11000
-    members of 64 points), n·d large enough."""
+    """gram.choose: few points in all (certain and uncertain; at least one certain), cheaper than
+    the n-mask share (not with 11000 members of 64 points), n·d large enough."""
+    assert gram.MAX_POINTS == 128
     monkeypatch.setattr(gram, "MIN_POINTS_X_DIM", 1 << 18)
-    pts, mem = torch.tensor([1, 10, 64, 65, 10, 64]), torch.tensor([1, 3, 1, 1, 1, 11000])
-    unc = torch.tensor([0, 0, 0, 0, 2, 0])
+    pts, mem = torch.tensor([1, 10, 128, 129, 10, 64, 126, 0]), torch.tensor([1, 3, 1, 1, 1, 11000, 1, 1])
+    unc = torch.tensor([0, 0, 0, 0, 2, 0, 3, 4])
     if kernel != "numba":
         pytest.skip("once")
-    assert gram.choose(pts, mem, unc, 1024, 1024).tolist() == [True, True, True, False, False, False]
+    assert gram.choose(pts, mem, unc, 1024, 1024).tolist() == [True, True, True, False, True, False, False, False]
     assert not gram.choose(pts, mem, unc, 256, 256).any()  # n·d below MIN_POINTS_X_DIM
 
 

@@ -19,6 +19,8 @@ runs, alternating the variants so that a busy machine slows them alike:
   with SHALLOWRELU_CUDA_STEP=fused;
 * on CUDA at d ≥ EAGER_MIN_D, ``grouped_late_eager``: the grouped stepper with its blocks
   stepped op by op instead of replayed from CUDA graphs (steppers/grouped.py), for the graphs' gain;
+  and where the torch path's Gram groups apply (steppers/gram.py, d ≥ 512), ``grouped_late_masks``:
+  the grouped stepper without them (every group by n-masks), for their gain;
 * on the CPU with numba, ``*_torch``: the same with the torch step (SHALLOWRELU_KERNELS=torch),
   for the compiled loops' own gain;
 * end to end (``--e2e-iters``): ``engine.train`` itself — the code path of ``python -m
@@ -40,7 +42,8 @@ import platform
 import statistics
 import sys
 import time
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -173,10 +176,28 @@ def end_to_end(specs, dev: torch.device, iters: int, grouped: bool, n_log: int =
             "stop_reasons": {k: sum(r.stop_reason == k for r in res) for k in sorted({r.stop_reason for r in res})}}
 
 
+@contextmanager
+def _variant_settings(kind: str) -> Iterator[None]:
+    """What a variant changes while it steps: 'grouped_masks' the torch path's Gram groups off
+    (grouped.TORCH_GRAM, read at each layout build)."""
+    if kind != "grouped_masks":
+        yield
+        return
+    from .steppers import grouped
+
+    before = grouped.TORCH_GRAM
+    grouped.TORCH_GRAM = False
+    try:
+        yield
+    finally:
+        grouped.TORCH_GRAM = before
+
+
 def _variants(b, rule, kinds: list[str]):
     """Steppers by name, each on its own copy of the batch ``b``: 'dense' (compiled on the CPU
     with numba), 'dense_torch', 'grouped', 'grouped_torch', 'grouped_eager' (no CUDA graphs),
-    'reference', 'fused' (steppers/fused.py: the Triton kernel, timed on CUDA where d ≤ 64)."""
+    'grouped_masks' (no Gram groups on the torch path: _variant_settings), 'reference', 'fused'
+    (steppers/fused.py: the Triton kernel, timed on CUDA where d ≤ 64)."""
     from .kernels import kernel_choice
     from .steppers.select import make_stepper
 
@@ -205,7 +226,7 @@ def _time_steppers(variants, dev, seconds: float, repeats: int, R: int, t0: int,
 
         def mk(k):
             def f():
-                with kernel_choice("torch") if torch_step else nullcontext():
+                with kernel_choice("torch") if torch_step else nullcontext(), _variant_settings(kind):
                     b.__dict__.pop("_dense", None)
                     b.__dict__.pop("_fused", None)
                     st.advance(b, t0, k)
@@ -215,7 +236,7 @@ def _time_steppers(variants, dev, seconds: float, repeats: int, R: int, t0: int,
     counts = {}
     for kind in variants:
         fn(kind)(MIN_STEPS)()  # warm up (compilation, CUDA graphs)
-        least = max(MIN_STEPS, grouped_min_steps if kind in ("grouped", "grouped_eager") else 0)
+        least = max(MIN_STEPS, grouped_min_steps if kind in ("grouped", "grouped_eager", "grouped_masks") else 0)
         counts[kind] = max(least, _calibrate(fn(kind), 1e-4, seconds, dev, hi=10**6))
     times: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(repeats):
@@ -232,6 +253,14 @@ def _time_fused(dev: torch.device, d: int) -> bool:
 def _time_eager(dev: torch.device, d: int) -> bool:
     """Whether the grouped stepper is also timed without CUDA graphs: on CUDA from EAGER_MIN_D."""
     return dev.type == "cuda" and d >= EAGER_MIN_D
+
+
+def _time_masks(dev: torch.device, d: int) -> bool:
+    """Whether the grouped stepper is also timed without the torch path's Gram groups: on CUDA
+    where they apply (n = d)."""
+    from .steppers import gram
+
+    return dev.type == "cuda" and gram.applies(d, d)
 
 
 def _fused_error(b, rule) -> str | None:
@@ -309,7 +338,8 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
     still = [i for i in range(R) if bool(b_late.running[i])]
     b_late.running.fill_(True)  # time every run, also those that met the target during warm-up
     late_kinds = ["dense", "grouped"] + (["dense_torch", "grouped_torch"] if both else []) + (
-        ["fused"] if fuse else []) + (["grouped_eager"] if _time_eager(dev, d) else [])
+        ["fused"] if fuse else []) + (["grouped_eager"] if _time_eager(dev, d) else []) + (
+        ["grouped_masks"] if _time_masks(dev, d) else [])
     t_late = _time_steppers(_variants(b_late, never, late_kinds), dev, seconds, repeats, R, warmup, late_min_steps)
     times.update({"_late_".join(k.split("_", 1)) if "_" in k else f"{k}_late": v for k, v in t_late.items()})
     if still and len(still) < R:  # the runs a real job still trains after the warm-up
@@ -482,7 +512,8 @@ def _hms(s: float) -> str:
 
 def _table(per_dim: dict[int, dict[str, Any]]) -> str:
     cols = ["naive", "batched_reference", "dense_early", "dense_single", "dense_late", "grouped_late",
-            "grouped_late_training", "grouped_late_eager", "dense_late_torch", "grouped_late_torch", "fused_early",
+            "grouped_late_training", "grouped_late_eager", "grouped_late_masks",
+            "dense_late_torch", "grouped_late_torch", "fused_early",
             "fused_late"]
     cols = [c for c in cols if any(c in r["run_iterations_per_s"] for r in per_dim.values())]
     ratio_cols = [c for c in ("dense_late", "grouped_late", "grouped_late_training", "fused_late") if c in cols]

@@ -24,39 +24,57 @@ from __future__ import annotations
 
 import torch
 
-MAX_POINTS = 64  # a group with at most this many points ...
+BUCKETS = (16, 64, 128)  # Gram groups in size classes, each padded to its largest p (GramSet) ...
+MAX_POINTS = BUCKETS[-1]  # ... so a group with at most this many points ...
 # ... whose step in these coordinates (p² + 6·m·p for m members) costs less than its n-mask share (4·n·d),
 MIN_POINTS_X_DIM = 1 << 18  # ... where n·d is at least this: the Gram step adds ~15 kernels per step, which at
 # small n·d (a GPU step there is launch-bound, not arithmetic-bound) cost more than the products they save
 CHUNK_BYTES = 1 << 26  # K_P is formed for this many bytes of gathered X rows at a time
 
 
+def applies(n: int, d: int) -> bool:
+    """Whether Gram groups are used at all on a dataset of n points in d dimensions."""
+    return n * d >= MIN_POINTS_X_DIM
+
+
 def choose(points: torch.Tensor, members: torch.Tensor, uncertain: torch.Tensor, n: int, d: int) -> torch.Tensor:
-    """(G,) which groups (``points`` p, ``members`` m, ``uncertain`` points per group) step as Gram
-    groups: n·d ≥ MIN_POINTS_X_DIM, 1 ≤ p ≤ MAX_POINTS, no uncertain points, p² + 6·m·p ≤ 4·n·d."""
-    p, m = points.to(torch.float64), members.to(torch.float64)
-    ok = (points >= 1) & (points <= MAX_POINTS) & (uncertain == 0) & (p * p + 6.0 * m * p <= 4.0 * n * d)
-    return ok & (n * d >= MIN_POINTS_X_DIM)
+    """(G,) which groups (``points`` p certain, ``uncertain`` more, ``members`` m per group) step as
+    Gram groups: :func:`applies`, 1 ≤ p + uncertain ≤ MAX_POINTS, (p + u)² + 6·m·(p + u) ≤ 4·n·d.
+    A group with uncertain points (a one-neuron group, grouped.max_uncertain) is admitted iff it
+    fits: the n-mask step has no uncertain points, so the grouped stepper keeps the others exact."""
+    q = points + uncertain
+    p, m = q.to(torch.float64), members.to(torch.float64)
+    ok = (q >= 1) & (q <= MAX_POINTS) & (points >= 1) & (p * p + 6.0 * m * p <= 4.0 * n * d)
+    return ok & applies(n, d)
 
 
 class GramGroups:
-    """The Gram groups ``which`` (G,) of a GroupSet: their points padded to P columns, K_P, and per
-    member (``mg`` its index among the GroupSet's members, ``zg`` its group's row here) the
-    coordinates Z, the accumulated coefficients C and umax, the largest bound |c·a_j|·‖g‖ on one
-    step's change of a coordinate of w_j since :meth:`setup` (for the frozen rule of :meth:`flush`)."""
+    """The Gram groups ``which`` (G,) of a GroupSet: their points padded to P columns (a one-neuron
+    group's *uncertain* points, ``unc_ptr``/``unc`` CSR, after its certain ones: active where the
+    neuron's tracked pre-activation is > 0, as kernels._gram_group), K_P, and per member (``mg`` its
+    index among the GroupSet's members, ``zg`` its group's row here) the coordinates Z, the
+    accumulated coefficients C and umax, the largest bound |c·a_j|·‖g‖ on one step's change of a
+    coordinate of w_j since :meth:`setup` (for the frozen rule of :meth:`flush`)."""
 
     def __init__(self, Xg: torch.Tensor, Q: int, slot: torch.Tensor, pts_ptr: torch.Tensor, pts: torch.Tensor,
-                 gid: torch.Tensor, which: torch.Tensor):
+                 gid: torch.Tensor, which: torch.Tensor, unc_ptr: torch.Tensor, unc: torch.Tensor):
         dev, dt = Xg.device, Xg.dtype
         self.Xg, self.n, self.d = Xg, Xg.shape[1], Xg.shape[2]
         self.idx = torch.nonzero(which).flatten()
         Gg = int(self.idx.numel())
         lo, hi = pts_ptr[self.idx], pts_ptr[self.idx + 1]
-        counts = hi - lo
+        ulo, uhi = unc_ptr[self.idx], unc_ptr[self.idx + 1]
+        certain, counts = hi - lo, hi - lo + uhi - ulo
         self.P = P = int(counts.max())
         col = torch.arange(P, device=dev)
         real = col[None, :] < counts[:, None]  # (Gg, P)
-        self.pts = torch.where(real, pts[(lo[:, None] + col).clamp(max=pts.numel() - 1)], 0)
+        self.uncertain = real & (col[None, :] >= certain[:, None])
+        ci = (lo[:, None] + col).clamp(max=max(pts.numel() - 1, 0))
+        ui = (ulo[:, None] + col - certain[:, None]).clamp(0, max(unc.numel() - 1, 0))
+        at_c = pts[ci] if pts.numel() else torch.zeros_like(ci)
+        at_u = unc[ui] if unc.numel() else torch.zeros_like(ui)
+        self.pts = torch.where(real, torch.where(self.uncertain, at_u, at_c), 0)
+        self.has_uncertain = bool(self.uncertain.any())
         self.mask = real.to(dt)
         self.scatter_at = torch.where(real, self.pts, self.n)  # padding to an extra column, dropped
         self.slot = slot[self.idx]
@@ -65,6 +83,8 @@ class GramGroups:
         row_of[self.idx] = torch.arange(Gg, device=dev)
         self.mg = torch.nonzero(row_of[gid] >= 0).flatten()
         self.zg = row_of[gid[self.mg]]
+        self.first = torch.zeros(Gg, dtype=torch.long, device=dev)  # a member's row per group (uncertain: the one)
+        self.first[self.zg] = torch.arange(self.zg.numel(), device=dev)
         self.K = torch.empty(Gg, P, P, dtype=dt, device=dev)
         step = max(1, CHUNK_BYTES // (8 * P * self.d))
         for k0 in range(0, Gg, step):
@@ -104,17 +124,26 @@ class GramGroups:
         keep = (Wm + um == Wm) & (Wm - um == Wm)
         W[self.mg] = torch.where(keep, Wm, Wm + acc)
 
+    def _active(self) -> torch.Tensor:
+        """(Gg, P) 1 where a point counts at the current state (an uncertain one: its pre-activation > 0)."""
+        if not self.has_uncertain:
+            return self.mask
+        return self.mask * (~self.uncertain | (self.Z[self.first] > 0)).to(self.mask.dtype)
+
     def h(self, out: torch.Tensor, a: torch.Tensor) -> None:
-        """Add the groups' share Σ_j a_j Z_ji of h at their points to ``out`` (SQ, n)."""
+        """Add the groups' share Σ_j a_j relu(Z_ji) of h at their points to ``out`` (SQ, n) (Z_ji > 0
+        on the certain points, certified)."""
         self.hz.zero_()
         self.hz.index_add_(0, self.zg, self.Z * a[self.mg, None])
+        if self.has_uncertain:
+            self.hz.mul_(self._active())
         self.H.zero_()
         self.H.scatter_(1, self.scatter_at, self.hz)
         out.index_add_(0, self.slot, self.H[:, :self.n])
 
     def update(self, r: torch.Tensor, a: torch.Tensor, coef_member: torch.Tensor, gsum: torch.Tensor) -> None:
         """One step with residual r (SQ, n): the members' a, Z, C, umax; each group's ‖g_k‖ bound to gsum."""
-        v = r[self.slot[:, None], self.pts] * self.mask
+        v = r[self.slot[:, None], self.pts] * self._active()  # the direction at t: its active points
         kv = torch.bmm(self.K, v.unsqueeze(-1)).squeeze(-1)
         s_abs = (v.abs() * self.xnorm).sum(-1)
         gn = torch.sqrt((v * kv).sum(-1).clamp(min=0) + self.unit * s_abs * s_abs)
@@ -126,3 +155,37 @@ class GramGroups:
         torch.maximum(self.umax, sc.abs() * gn[self.zg], out=self.umax)
         self.Z.addcmul_(kv[self.zg], sc[:, None])
         self.C.addcmul_(vm, sc[:, None])
+
+
+class GramSet:
+    """The Gram groups ``which`` in size classes (BUCKETS: points in all, certain and uncertain),
+    each one GramGroups padded to its class's largest p — so that the many groups of a few points
+    do not carry the K_P of the largest (p² each). The same interface as GramGroups."""
+
+    def __init__(self, Xg: torch.Tensor, Q: int, slot: torch.Tensor, pts_ptr: torch.Tensor, pts: torch.Tensor,
+                 gid: torch.Tensor, which: torch.Tensor, unc_ptr: torch.Tensor, unc: torch.Tensor):
+        q = (pts_ptr[1:] - pts_ptr[:-1]) + (unc_ptr[1:] - unc_ptr[:-1])
+        self.parts: list[GramGroups] = []
+        lo = 0
+        for hi in BUCKETS:
+            sel = which & (q > lo) & (q <= hi)
+            if bool(sel.any()):
+                self.parts.append(GramGroups(Xg, Q, slot, pts_ptr, pts, gid, sel, unc_ptr, unc))
+            lo = hi
+        self.size = int(which.sum())
+
+    def setup(self, W: torch.Tensor) -> None:
+        for g in self.parts:
+            g.setup(W)
+
+    def flush(self, W: torch.Tensor) -> None:
+        for g in self.parts:
+            g.flush(W)
+
+    def h(self, out: torch.Tensor, a: torch.Tensor) -> None:
+        for g in self.parts:
+            g.h(out, a)
+
+    def update(self, r: torch.Tensor, a: torch.Tensor, coef_member: torch.Tensor, gsum: torch.Tensor) -> None:
+        for g in self.parts:  # disjoint members and groups: the order does not matter
+            g.update(r, a, coef_member, gsum)

@@ -119,7 +119,7 @@ class GroupSet:
     −1: loops). Per member j:
     ``W`` (N, d), ``a`` (N,), ``gid`` (N,), ``margin``, ``zn`` = ‖(w_j, a_j)‖ at the refresh and
     ``allow`` (rounding allowance per step). With ``gram`` (the torch path) the groups that
-    gram.choose admits step in pre-activation coordinates (``self.gram``, gram.GramGroups; their
+    gram.choose admits step in pre-activation coordinates (``self.gram``, gram.GramSet; their
     members' W is brought up to date by :meth:`sync`), the others (``wide_idx``) by the n-mask
     products, in which a Gram group's members sit in a padded row of zero pattern (no share, no
     direction)."""
@@ -147,7 +147,7 @@ class GroupSet:
         counts = pats.sum(1)
         self.pts_ptr = torch.cat([torch.zeros(1, dtype=torch.long, device=dev), counts.cumsum(0)])
         self.pts = torch.nonzero(pats)[:, 1].contiguous()
-        # one-neuron groups' uncertain points (choose_groups; compiled path only): CSR, activity flags
+        # one-neuron groups' uncertain points (choose_groups; compiled path, torch path's Gram groups): CSR, flags
         self.U = torch.zeros(G, n, dtype=torch.bool, device=dev)
         for k, u in enumerate(unc_of):
             if u is not None:
@@ -174,12 +174,14 @@ class GroupSet:
         self.Gd = max(n_prod) if n_prod else 0
         self.dpos = torch.where(self.dpos >= 0, (self.slot // Q) * self.Gd + self.dpos, self.dpos)
         # torch path: the Gram groups apart (steppers/gram.py), the others ("wide") by n-mask products
-        self.gram: gram_groups.GramGroups | None = None
+        self.gram: gram_groups.GramSet | None = None
         which = torch.zeros(G, dtype=torch.bool, device=dev)
         if gram and G:
             which = gram_groups.choose(counts, torch.tensor(sizes, device=dev), n_unc, n, d)
             if bool(which.any()):
-                self.gram = gram_groups.GramGroups(fs.Xg, Q, self.slot, self.pts_ptr, self.pts, self.gid, which)
+                self.gram = gram_groups.GramSet(fs.Xg, Q, self.slot, self.pts_ptr, self.pts, self.gid, which,
+                                                self.unc_ptr, self.unc)
+        assert not gram or bool(which[n_unc > 0].all()), "torch path: a group with uncertain points is a Gram group"
         # padded per-dataset positions for the torch path's matrix products
         ds = (self.slot // Q).tolist()
         S_ds = fs.Xg.shape[0]
@@ -260,8 +262,8 @@ class GroupSet:
 
     def update(self, r: torch.Tensor, coef_member: torch.Tensor) -> None:
         """One step with residual r (SQ, n); coef_member (N,) = coef, or 0 for stopped runs.
-        (The torch step has no groups with uncertain points: _Piece asks for them only when
-        compiled.) The padding rows' directions are never used."""
+        (Groups with uncertain points are Gram groups on the torch path.) The padding rows'
+        directions are never used."""
         V = self.S_pad * r[self.slot_pad]
         g = torch.bmm(V.view(self.Xg.shape[0], self.Gmax, self.n), self.Xg).view(-1, self.d)  # (S·Gmax, d)
         gg = g[self.gid_pad]  # (a Gram group's member: its zero row)
@@ -309,6 +311,24 @@ class GroupSet:
         return self.zn * grow + self.allow * self.steps_since_refresh[self.gid]
 
 
+def _fit_singles(groups: Groups, exact: torch.Tensor, n: int, d: int) -> tuple[Groups, torch.Tensor]:
+    """Torch path: the one-neuron groups with uncertain points that gram.choose does not admit
+    (too many points in all) made exact again."""
+    exact = exact.clone()
+    out: Groups = []
+    for r, gs in enumerate(groups):
+        keep = []
+        for cols, pat, unc in gs:
+            if unc is not None:
+                one = torch.ones(1, dtype=torch.long)
+                if not bool(gram_groups.choose(pat.sum().view(1).cpu(), one, unc.sum().view(1).cpu(), n, d)):
+                    exact[r, cols] = True
+                    continue
+            keep.append((cols, pat, unc))
+        out.append(keep)
+    return out, exact
+
+
 class _EagerReplay:
     """CPU stand-in for a captured CUDA graph (CPU_GRAPHS): ``replay`` runs the sub-block."""
 
@@ -333,8 +353,13 @@ class _Piece:
 
     def _build(self, t: int) -> None:
         b = self.b
-        groups, exact = choose_groups(b, self.exclude, self.coef, max_uncertain(b.X.shape[1]) if self.compiled else 0,
-                                      ~self.twice if self.compiled else None)
+        n, d = b.X.shape[1], b.X.shape[2]
+        # one-neuron groups with uncertain points: the compiled path's, and the torch path's Gram groups'
+        singles = self.compiled or (TORCH_GRAM and gram_groups.applies(n, d))
+        groups, exact = choose_groups(b, self.exclude, self.coef, max_uncertain(n) if singles else 0,
+                                      ~self.twice if singles else None)
+        if singles and not self.compiled:  # those too large for a Gram group stay exact
+            groups, exact = _fit_singles(groups, exact, n, d)
         # h of the exact neurons: index_add on the CPU (the compiled loops' layout); CUDA's deterministic
         # selector product there
         fs = FastStepper(b, self.rule, use_graphs=False, blocks=False, dead=~exact,
@@ -355,7 +380,7 @@ class _Piece:
         self.product_groups = int((self.groups.dpos >= 0).sum())
         self.gram_groups = self.kernel.n_gram if self.kernel is not None else 0
         self.gram_uncertain = self.kernel.n_gram_uncertain if self.kernel is not None else 0
-        self.torch_gram = 0 if self.groups.gram is None else int(self.groups.gram.idx.numel())
+        self.torch_gram = 0 if self.groups.gram is None else self.groups.gram.size
         self.uncertain_neurons = int((self.groups.unc_ptr[1:] > self.groups.unc_ptr[:-1]).sum())
         self.exact_neurons = int(exact.sum())
         runs, neurons = self.groups.neurons(torch.ones(self.groups.N, dtype=torch.bool, device=b.W.device))
