@@ -83,8 +83,8 @@ class GramGroups:
         row_of[self.idx] = torch.arange(Gg, device=dev)
         self.mg = torch.nonzero(row_of[gid] >= 0).flatten()
         self.zg = row_of[gid[self.mg]]
-        self.first = torch.zeros(Gg, dtype=torch.long, device=dev)  # a member's row per group (uncertain: the one)
-        self.first[self.zg] = torch.arange(self.zg.numel(), device=dev)
+        # each group's first member's row (members come sorted by group): with uncertain points, its one member
+        self.first = torch.searchsorted(self.zg, torch.arange(Gg, device=dev))
         self.K = torch.empty(Gg, P, P, dtype=dt, device=dev)
         step = max(1, CHUNK_BYTES // (8 * P * self.d))
         for k0 in range(0, Gg, step):
