@@ -31,6 +31,7 @@ def kernel(request, monkeypatch):
         pytest.skip("numba not importable")
     if request.param == "torch-gram":
         monkeypatch.setattr(gram, "MIN_POINTS_X_DIM", 0)
+        monkeypatch.setitem(gram.MIN_SAVED_OPS, "cpu", 0.0)
     monkeypatch.setenv(kernels.ENV, request.param.removesuffix("-gram"))
     return request.param.removesuffix("-gram")
 
@@ -157,6 +158,7 @@ def test_torch_gram_groups_match_the_reference(monkeypatch, counters, kernel, de
     if kernel != "torch" or gram.MIN_POINTS_X_DIM == 0:
         pytest.skip("the torch path's (once: the torch-gram variant is this one)")
     monkeypatch.setattr(gram, "MIN_POINTS_X_DIM", 0)
+    monkeypatch.setitem(gram.MIN_SAVED_OPS, "cpu", 0.0)
     if buckets:
         monkeypatch.setattr(gram, "BUCKETS", buckets)
         parts = []
@@ -175,6 +177,26 @@ def test_torch_gram_groups_match_the_reference(monkeypatch, counters, kernel, de
     assert counters["torch_gram_groups"] > 0 and counters["redone_blocks"] > 0 and counters["rebuilds"] > 0
     assert (counters["graph_replays"] > 0) == graphs
     assert not buckets or max(parts) > 1
+
+
+def test_torch_gram_only_where_it_pays(monkeypatch, counters, kernel):
+    """A layout takes Gram groups only where they save gram.MIN_SAVED_OPS operations per step:
+    with a threshold above what the tests' small layouts save, the torch path keeps the n-masks
+    and makes no one-neuron groups with uncertain points (exact instead), and the iterates stay
+    the reference's."""
+    if kernel != "torch" or gram.MIN_POINTS_X_DIM == 0:
+        pytest.skip("the torch path's (once: the torch-gram variant is this one)")
+    assert gram.worth(8e9, "cuda") and not gram.worth(7e9, "cuda") and gram.worth(0.0, "mps")
+    monkeypatch.setattr(gram, "MIN_POINTS_X_DIM", 0)
+    monkeypatch.setitem(gram.MIN_SAVED_OPS, "cpu", 1e12)
+    tr = make_trial("uncentred", 12, 40, 6)
+    specs = [RunSpec(tr, 4.0**e, f"{e}") for e in [0, -6]]
+    cfg = TrainConfig(max_iters=3000, n_log=8, device="cpu", stable_phase="on")
+    for spec, res in zip(specs, train(specs, cfg, progress=False)):
+        _check(res, spec, 3000, 8)
+    assert counters["group_neurons"] > 0 and counters["torch_gram_groups"] == 0 and counters["uncertain_neurons"] == 0
+    one = torch.tensor([10])
+    assert gram.saved_ops(one, torch.tensor([2]), torch.tensor([0]), 1024, 1024) == 4.0 * 1024**2 - 200 - 120
 
 
 def test_torch_gram_choice(monkeypatch, kernel):

@@ -30,11 +30,29 @@ MAX_POINTS = BUCKETS[-1]  # ... so a group with at most this many points ...
 MIN_POINTS_X_DIM = 1 << 18  # ... where n·d is at least this: the Gram step adds ~15 kernels per step, which at
 # small n·d (a GPU step there is launch-bound, not arithmetic-bound) cost more than the products they save
 CHUNK_BYTES = 1 << 26  # K_P is formed for this many bytes of gathered X rows at a time
+# A layout takes Gram groups only where they save at least this many float64 operations per step (the
+# n-masks' 4·n·d per group against their 2·p² + 6·m·p, summed over the batch): each size class adds
+# ~40 kernels per step, ~2 µs each replayed from a CUDA graph (~8·10⁹ operations' time on an H200 for
+# three classes, an estimate until benchmarks/gpu_check.sh's grouped_late vs grouped_late_masks), ~5 µs
+# each eager on the CPU (~3·10⁷ at its ~50 GFLOP/s)
+MIN_SAVED_OPS = {"cuda": 8e9, "cpu": 3e7}
 
 
 def applies(n: int, d: int) -> bool:
     """Whether Gram groups are used at all on a dataset of n points in d dimensions."""
     return n * d >= MIN_POINTS_X_DIM
+
+
+def saved_ops(points: torch.Tensor, members: torch.Tensor, uncertain: torch.Tensor, n: int, d: int) -> float:
+    """Float64 operations per step that the groups :func:`choose` admits save against the n-masks."""
+    ok = choose(points, members, uncertain, n, d)
+    q, m = (points + uncertain)[ok].to(torch.float64), members[ok].to(torch.float64)
+    return float((4.0 * n * d - 2.0 * q * q - 6.0 * m * q).sum())
+
+
+def worth(saved: float, device_type: str) -> bool:
+    """Whether a layout whose Gram groups save ``saved`` operations per step takes them."""
+    return saved >= MIN_SAVED_OPS.get(device_type, 0.0)
 
 
 def choose(points: torch.Tensor, members: torch.Tensor, uncertain: torch.Tensor, n: int, d: int) -> torch.Tensor:

@@ -311,22 +311,25 @@ class GroupSet:
         return self.zn * grow + self.allow * self.steps_since_refresh[self.gid]
 
 
-def _fit_singles(groups: Groups, exact: torch.Tensor, n: int, d: int) -> tuple[Groups, torch.Tensor]:
-    """Torch path: the one-neuron groups with uncertain points that gram.choose does not admit
-    (too many points in all) made exact again."""
+def _torch_gram_layout(groups: Groups, exact: torch.Tensor, n: int, d: int, device_type: str
+                       ) -> tuple[Groups, torch.Tensor, bool]:
+    """Torch path: whether the layout takes Gram groups (gram.worth of what they save), and the
+    one-neuron groups with uncertain points that it cannot step (all of them without Gram groups,
+    else those gram.choose does not admit: too many points in all) made exact again."""
+    flat = [(r, cols, pat, unc) for r, gs in enumerate(groups) for cols, pat, unc in gs]
+    pts = torch.tensor([int(pat.sum()) for _, _, pat, _ in flat], dtype=torch.long)
+    unc_n = torch.tensor([0 if unc is None else int(unc.sum()) for _, _, _, unc in flat], dtype=torch.long)
+    mem = torch.tensor([int(cols.numel()) for _, cols, _, _ in flat], dtype=torch.long)
+    use = gram_groups.worth(gram_groups.saved_ops(pts, mem, unc_n, n, d), device_type)
+    ok = gram_groups.choose(pts, mem, unc_n, n, d) & use
     exact = exact.clone()
-    out: Groups = []
-    for r, gs in enumerate(groups):
-        keep = []
-        for cols, pat, unc in gs:
-            if unc is not None:
-                one = torch.ones(1, dtype=torch.long)
-                if not bool(gram_groups.choose(pat.sum().view(1).cpu(), one, unc.sum().view(1).cpu(), n, d)):
-                    exact[r, cols] = True
-                    continue
-            keep.append((cols, pat, unc))
-        out.append(keep)
-    return out, exact
+    out: Groups = [[] for _ in groups]
+    for (r, cols, pat, unc), fits in zip(flat, ok.tolist()):
+        if unc is not None and not fits:
+            exact[r, cols] = True
+        else:
+            out[r].append((cols, pat, unc))
+    return out, exact, use
 
 
 class _EagerReplay:
@@ -358,15 +361,16 @@ class _Piece:
         singles = self.compiled or (TORCH_GRAM and gram_groups.applies(n, d))
         groups, exact = choose_groups(b, self.exclude, self.coef, max_uncertain(n) if singles else 0,
                                       ~self.twice if singles else None)
-        if singles and not self.compiled:  # those too large for a Gram group stay exact
-            groups, exact = _fit_singles(groups, exact, n, d)
+        use_gram = False
+        if singles and not self.compiled:  # Gram groups where they pay; singles that no Gram group takes: exact
+            groups, exact, use_gram = _torch_gram_layout(groups, exact, n, d, b.W.device.type)
         # h of the exact neurons: index_add on the CPU (the compiled loops' layout); CUDA's deterministic
         # selector product there
         fs = FastStepper(b, self.rule, use_graphs=False, blocks=False, dead=~exact,
                          selector=False if self.compiled else None)
         fs.load(b, t)
         by_slot = [groups[r] if ok else [] for r, ok in zip(fs.slot_run.tolist(), fs.real.tolist())]
-        self.groups = GroupSet(fs, by_slot, self.coef, products=self.compiled, gram=not self.compiled and TORCH_GRAM)
+        self.groups = GroupSet(fs, by_slot, self.coef, products=self.compiled, gram=use_gram)
         self.groups.load(b.W, b.a)
         self.fs = fs
         self.y0 = fs.y.clone()
