@@ -37,7 +37,7 @@ def test_grouped_without_graphs_is_timed_beside_it(tmp_path, monkeypatch):
     monkeypatch.setenv(kernels.ENV, "torch")
     monkeypatch.setattr(grouped, "CPU_GRAPHS", True)
     monkeypatch.setattr(gram, "MIN_POINTS_X_DIM", 0)
-    monkeypatch.setitem(gram.MIN_SAVED_OPS, "cpu", 0.0)
+    monkeypatch.setattr(gram, "MIN_SAVED_OPS", {"cpu": 0.0, "cuda": 0.0})
     monkeypatch.setattr(bench, "_time_eager", lambda dev, d: True)
     monkeypatch.setattr(bench, "_time_masks", lambda dev, d: True)
     monkeypatch.setattr(grouped, "COUNTERS", {})

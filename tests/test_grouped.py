@@ -31,7 +31,7 @@ def kernel(request, monkeypatch):
         pytest.skip("numba not importable")
     if request.param == "torch-gram":
         monkeypatch.setattr(gram, "MIN_POINTS_X_DIM", 0)
-        monkeypatch.setitem(gram.MIN_SAVED_OPS, "cpu", 0.0)
+        monkeypatch.setattr(gram, "MIN_SAVED_OPS", {"cpu": 0.0, "cuda": 0.0})
     monkeypatch.setenv(kernels.ENV, request.param.removesuffix("-gram"))
     return request.param.removesuffix("-gram")
 
@@ -158,7 +158,7 @@ def test_torch_gram_groups_match_the_reference(monkeypatch, counters, kernel, de
     if kernel != "torch" or gram.MIN_POINTS_X_DIM == 0:
         pytest.skip("the torch path's (once: the torch-gram variant is this one)")
     monkeypatch.setattr(gram, "MIN_POINTS_X_DIM", 0)
-    monkeypatch.setitem(gram.MIN_SAVED_OPS, "cpu", 0.0)
+    monkeypatch.setattr(gram, "MIN_SAVED_OPS", {"cpu": 0.0, "cuda": 0.0})
     if buckets:
         monkeypatch.setattr(gram, "BUCKETS", buckets)
         parts = []
