@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ast
 import importlib
-import json
 import statistics
 import sys
 from collections.abc import Iterator
@@ -30,7 +29,7 @@ from typing import Any
 import torch
 
 from shallowrelu import checkpoint_bench
-from shallowrelu.io import provenance
+from shallowrelu.io import atomic_write_json, provenance
 
 
 class _Threads:
@@ -117,7 +116,7 @@ def main(argv: list[str]) -> int:
                "m": int(b.W.shape[1]), "runs": b.n_runs, "steps": K, "rounds": rounds, "A": names[0], "B": names[1],
                "seconds_A": times[0], "seconds_B": times[1], "median_A_over_B": med[0] / med[1],
                "iterations_per_s_median": {"A": K / med[0], "B": K / med[1]}, **diff, "provenance": provenance("cpu")}
-        Path(argv[5]).write_text(json.dumps(rec, indent=1) + "\n")
+        atomic_write_json(argv[5], rec)
     return 0
 
 

@@ -11,14 +11,13 @@ Usage: python benchmarks/spectral_vs_grouped.py CHECKPOINT {all,eligible} K [OUT
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import torch
 
 from shallowrelu import checkpoint_bench
-from shallowrelu.io import provenance
+from shallowrelu.io import atomic_write_json, provenance
 from shallowrelu.steppers import spectral
 from shallowrelu.steppers.select import spectral_choice
 
@@ -59,7 +58,7 @@ def main(argv: list[str]) -> int:
         rec = {"checkpoint": str(ck), "iteration": t0, "runs": idx.tolist(), "eligible": ok.int().tolist(),
                "d": int(b.X.shape[2]), "n": n, "m": int(b.W.shape[1]), "timings": rows, "speedup_on_over_off": ratio,
                **diff, "provenance": provenance("cpu")}
-        Path(argv[3]).write_text(json.dumps(rec, indent=1) + "\n")
+        atomic_write_json(argv[3], rec)
     return 0
 
 

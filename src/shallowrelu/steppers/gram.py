@@ -116,6 +116,7 @@ class GramGroups:
         self.C = torch.zeros_like(self.Z)
         self.umax = torch.zeros(Ng, dtype=dt, device=dev)
         self.hz = torch.zeros(Gg, P, dtype=dt, device=dev)
+        self.act = self.mask.clone()  # the points that count at the current state (set by h, read by update)
         self.H = torch.zeros(Gg, self.n + 1, dtype=dt, device=dev)
 
     def _rows(self, c: int) -> torch.Tensor:
@@ -142,34 +143,32 @@ class GramGroups:
         keep = (Wm + um == Wm) & (Wm - um == Wm)
         W[self.mg] = torch.where(keep, Wm, Wm + acc)
 
-    def _active(self) -> torch.Tensor:
-        """(Gg, P) 1 where a point counts at the current state (an uncertain one: its pre-activation > 0)."""
-        if not self.has_uncertain:
-            return self.mask
-        return self.mask * (~self.uncertain | (self.Z[self.first] > 0)).to(self.mask.dtype)
-
     def h(self, out: torch.Tensor, a: torch.Tensor) -> None:
         """Add the groups' share Σ_j a_j relu(Z_ji) of h at their points to ``out`` (SQ, n) (Z_ji > 0
-        on the certain points, certified)."""
+        on the certain points, certified); ``act`` (Gg, P): 1 where a point counts at this state (an
+        uncertain one: its pre-activation > 0), which the same step's :meth:`update` reads (the
+        grouped step calls h, then update, from the same Z)."""
         self.hz.zero_()
         self.hz.index_add_(0, self.zg, self.Z * a[self.mg, None])
         if self.has_uncertain:
-            self.hz.mul_(self._active())
+            torch.mul(self.mask, (~self.uncertain | (self.Z[self.first] > 0)).to(self.mask.dtype), out=self.act)
+            self.hz.mul_(self.act)
         self.H.zero_()
         self.H.scatter_(1, self.scatter_at, self.hz)
         out.index_add_(0, self.slot, self.H[:, :self.n])
 
     def update(self, r: torch.Tensor, a: torch.Tensor, coef_member: torch.Tensor, gsum: torch.Tensor) -> None:
-        """One step with residual r (SQ, n): the members' a, Z, C, umax; each group's ‖g_k‖ bound to gsum."""
-        v = r[self.slot[:, None], self.pts] * self._active()  # the direction at t: its active points
+        """One step with residual r (SQ, n), after :meth:`h` at the same state: the members' a, Z, C,
+        umax; each group's ‖g_k‖ bound to gsum."""
+        v = r[self.slot[:, None], self.pts] * self.act  # the direction at t: its active points
         kv = torch.bmm(self.K, v.unsqueeze(-1)).squeeze(-1)
         s_abs = (v.abs() * self.xnorm).sum(-1)
         gn = torch.sqrt((v * kv).sum(-1).clamp(min=0) + self.unit * s_abs * s_abs)
         gsum.index_add_(0, self.idx, gn)
         vm = v[self.zg]
-        am = a[self.mg]
-        sc = am * coef_member[self.mg]
-        a[self.mg] = am + (self.Z * vm).sum(-1) * coef_member[self.mg]  # w_j·g with the old w_j
+        am, cm = a[self.mg], coef_member[self.mg]
+        sc = am * cm
+        a[self.mg] = am + (self.Z * vm).sum(-1) * cm  # w_j·g with the old w_j
         torch.maximum(self.umax, sc.abs() * gn[self.zg], out=self.umax)
         self.Z.addcmul_(kv[self.zg], sc[:, None])
         self.C.addcmul_(vm, sc[:, None])

@@ -317,8 +317,11 @@ def _torch_gram_layout(groups: Groups, exact: torch.Tensor, n: int, d: int, devi
     one-neuron groups with uncertain points that it cannot step (all of them without Gram groups,
     else those gram.choose does not admit: too many points in all) made exact again."""
     flat = [(r, cols, pat, unc) for r, gs in enumerate(groups) for cols, pat, unc in gs]
-    pts = torch.tensor([int(pat.sum()) for _, _, pat, _ in flat], dtype=torch.long)
-    unc_n = torch.tensor([0 if unc is None else int(unc.sum()) for _, _, _, unc in flat], dtype=torch.long)
+    if not flat:
+        return groups, exact, False
+    # the groups' point counts in one reduction each (one host transfer, not one per group)
+    pts = torch.stack([pat for _, _, pat, _ in flat]).sum(1).cpu()
+    unc_n = torch.stack([torch.zeros_like(pat) if unc is None else unc for _, _, pat, unc in flat]).sum(1).cpu()
     mem = torch.tensor([int(cols.numel()) for _, cols, _, _ in flat], dtype=torch.long)
     use = gram_groups.worth(gram_groups.saved_ops(pts, mem, unc_n, n, d), device_type)
     ok = gram_groups.choose(pts, mem, unc_n, n, d) & use
