@@ -16,7 +16,7 @@ from shallowrelu import blas, kernels, step_kernel
 from shallowrelu.bench import light_batch
 from shallowrelu.datasets import make_trial
 from shallowrelu.engine import RunSpec, TrainConfig, train
-from shallowrelu.steppers import gram, group_choice, grouped
+from shallowrelu.steppers import gram, group_choice, group_set, grouped
 from shallowrelu.steppers.base import StepRule
 from shallowrelu.steppers.dense import FastStepper
 
@@ -72,8 +72,8 @@ def test_grouped_matches_reference_across_regimes(counters, device, dense_groups
     monkeypatch.setattr(grouped, "MAX_UNCERTAIN", 2)
     monkeypatch.setattr(step_kernel, "GRAM_GROUPS", gram)
     if dense_groups:
-        monkeypatch.setattr(grouped, "PRODUCT_MIN_POINTS_X_DIM", 0)
-        monkeypatch.setattr(grouped, "PRODUCT_MIN_GROUPS", 1)
+        monkeypatch.setattr(group_set, "PRODUCT_MIN_POINTS_X_DIM", 0)
+        monkeypatch.setattr(group_set, "PRODUCT_MIN_GROUPS", 1)
     trials = [make_trial("centred", 8, 40, 3), make_trial("uncentred", 8, 40, 4)]
     specs = [RunSpec(tr, 4.0**e, f"{tr.scheme}{e}") for tr in trials for e in [2, 0, -3, -8]]
     cfg = TrainConfig(max_iters=6000, n_log=12, device=device, stable_phase="on")
@@ -234,7 +234,7 @@ def test_a_neuron_at_its_boundary_is_never_in_a_group():
     assert bool(exact[0, 0]) and all(0 not in cols.tolist() for cols, _, _ in groups[0])
     fs = FastStepper(b, StepRule(2.0, 0.01, -1.0), use_graphs=False, blocks=False, selector=False)
     forced = [[(torch.tensor([0]), (b.W[0, 0] @ b.X[0].T) > 0, None)]]
-    gs = grouped.GroupSet(fs, forced, 1e-3)
+    gs = group_set.GroupSet(fs, forced, 1e-3)
     gs.load(b.W, b.a)
     assert bool(gs.refresh()[0])
     # with uncertain points allowed (the compiled path), it is a one-neuron group whose point 0 is
@@ -243,7 +243,7 @@ def test_a_neuron_at_its_boundary_is_never_in_a_group():
     (unc,) = [u for cols, _, u in groups[0] if cols.tolist() == [0]]
     pat = [p for cols, p, _ in groups[0] if cols.tolist() == [0]][0]
     assert not bool(exact[0, 0]) and bool(unc[0]) and not bool(pat[0])
-    gs = grouped.GroupSet(fs, [[g for g in groups[0] if g[0].tolist() == [0]]], 1e-3)
+    gs = group_set.GroupSet(fs, [[g for g in groups[0] if g[0].tolist() == [0]]], 1e-3)
     gs.load(b.W, b.a)
     assert not bool(gs.refresh()[0]) and gs.uncertain == int(unc.sum())
 
@@ -304,14 +304,14 @@ def test_uncertified_block_is_undone_and_the_neuron_demoted(monkeypatch, counter
     the neuron becomes exact, and the run still matches the reference."""
     tr = make_trial("centred", 8, 40, 5)
     spec = RunSpec(tr, 4.0**-3, "k")
-    refresh = grouped.GroupSet.refresh
+    refresh = group_set.GroupSet.refresh
 
     def tight(self, groups=None):
         bad = refresh(self, groups)
         self.margin[:1] = 0.0  # the first member can never be certified
         return bad
 
-    monkeypatch.setattr(grouped.GroupSet, "refresh", tight)
+    monkeypatch.setattr(group_set.GroupSet, "refresh", tight)
     monkeypatch.setattr(group_choice, "SAFETY", 0.0)  # every live neuron with a margin joins a group
     cfg = TrainConfig(max_iters=2000, n_log=5, device="cpu", stable_phase="on")
     _check(train([spec], cfg, progress=False)[0], spec, 2000, 5)
@@ -443,10 +443,10 @@ def test_groups_only_chunks_and_products_match_the_loops(kernel, monkeypatch, ri
             # budget 0.6 × 7000 B: X (2 KiB) and one run (1.4–2.2 KiB of weights) per chunk
             mp.setattr(step_kernel, "L2_BYTES", 7000 if chunks else 0)
             if products:
-                mp.setattr(grouped, "PRODUCT_MIN_POINTS_X_DIM", 0)
-                mp.setattr(grouped, "PRODUCT_MIN_GROUPS", 1)
+                mp.setattr(group_set, "PRODUCT_MIN_POINTS_X_DIM", 0)
+                mp.setattr(group_set, "PRODUCT_MIN_GROUPS", 1)
             else:
-                mp.setattr(grouped, "PRODUCT_MIN_GROUPS", 10**9)
+                mp.setattr(group_set, "PRODUCT_MIN_GROUPS", 10**9)
             if block_points:
                 mp.setattr(step_kernel, "PRODUCT_BLOCK_BYTES", 8 * 16 * block_points)
             b = light_batch(specs, torch.device("cpu"))
@@ -502,8 +502,8 @@ def test_without_blas_no_product_groups(monkeypatch, kernel):
     """Where torch has no DGEMM (blas.available() False) no group uses products, even forced;
     with it, the compiled path's large groups do (the torch step never)."""
     monkeypatch.setattr(group_choice, "SAFETY", 0.0)
-    monkeypatch.setattr(grouped, "PRODUCT_MIN_POINTS_X_DIM", 0)
-    monkeypatch.setattr(grouped, "PRODUCT_MIN_GROUPS", 1)
+    monkeypatch.setattr(group_set, "PRODUCT_MIN_POINTS_X_DIM", 0)
+    monkeypatch.setattr(group_set, "PRODUCT_MIN_GROUPS", 1)
     compiled = kernel == "numba"
     pc = _piece(_light(make_trial("centred", 8, 40, 5), 4.0**-3), compiled)
     assert pc.groups.G > 0 and (int((pc.groups.dpos >= 0).sum()) > 0) == (compiled and blas.available())

@@ -10,7 +10,7 @@ name. It runs on torch's thread count (torch.set_num_threads sets MKL's).
 
 Where torch has no such symbol (other platforms or builds) a stand-in is registered so that the
 loops still link, and :func:`available` is False: the stepper then uses its loops instead of
-products (steppers.grouped.GroupSet). :func:`available` also checks one small product against
+products (steppers.group_set.GroupSet). :func:`available` also checks one small product against
 numpy before the products are used.
 """
 

@@ -13,14 +13,14 @@ after them is one compiled loop each:
    a ← a − ((Σ act·r)·c)·(lr·go), c = −κ/n (go = 0 for stopped runs);
 3. ``B = mask·X`` (torch.bmm);
 4. :func:`_exact_w`: w ← w − (B·((c·a_j)·go))·lr;
-5. with pattern groups (steppers.grouped.GroupSet), :func:`_groups_step`: per group k its
+5. with pattern groups (steppers.group_set.GroupSet), :func:`_groups_step`: per group k its
    direction g_k = Σ_{i ∈ P_k} r_i x_i over its points P_k, ‖g_k‖ added to the group's
    certification sum, each member's a_j ← a_j + coef·(w_j·g_k) and w_j ← w_j + (coef·a_j)·g_k
    in one pass over its weights that also forms u_k = Σ_j a_j w_j, and the group's share of h at
    the next state, s_ki·(x_i·u_k). Two kinds of group get their share of h and their direction
    in one pass over X after the other shares are known (in step 2): each run's largest group is
    *fused* (:func:`_fused_subtract`, loops), or, where torch carries MKL and n·d is large
-   (steppers.grouped.PRODUCT_MIN_POINTS_X_DIM), every group with many points is a *product
+   (steppers.group_set.PRODUCT_MIN_POINTS_X_DIM), every group with many points is a *product
    group*: H = U·X_bᵀ and G = V·X_b for all of a dataset's product groups, two matrix products
    per block of points called from the compiled code (:func:`_product_pass`, blas.py). A
    one-neuron group's uncertain points get exact pre-activations (:func:`_uncertain_h`). Groups

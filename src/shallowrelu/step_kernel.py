@@ -55,7 +55,7 @@ L2_BYTES = l2_bytes()
 class StepKernel:
     """The step of kernels.py's module docstring on a stepper's state — a dense layout ``fs``
     (steppers.dense.FastStepper) and, in the grouped stepper, its pattern groups ``groups``
-    (steppers.grouped.GroupSet) with the targets ``y0`` — through numpy views of the same
+    (steppers.group_set.GroupSet) with the targets ``y0`` — through numpy views of the same
     tensors; :meth:`steps` advances them in place. Groups with ``dpos ≥ 0`` ("product groups":
     many points) get their share of h and their direction g_k = Xᵀ(s_k∘r) from matrix products,
     all of a dataset's at once (kernels._product_pass)."""

@@ -49,11 +49,12 @@ from typing import Any
 
 import torch
 
-from .. import blas, kernels, step_kernel
+from .. import kernels, step_kernel
 from . import gram as gram_groups
 from .base import StepRule, capture_graph
-from .dense import FastStepper, certainly_dead, rounding_bound
-from .group_choice import Groups, choose_groups
+from .dense import FastStepper, certainly_dead
+from .group_choice import choose_groups
+from .group_set import GroupSet, torch_gram_layout
 
 MIN_STEPS = 64  # chunks shorter than this take the fallback stepper
 MIN_POINTS_X_DIM = 256  # n·d below this: the dense step is cheap enough (d = 4 ran slower grouped)
@@ -62,7 +63,6 @@ MAX_UNCERTAIN = 8  # compiled path: a neuron with at most max_uncertain(n) uncer
 UNCERTAIN_FRACTION = 8  # ... max(MAX_UNCERTAIN, n // UNCERTAIN_FRACTION) (see max_uncertain)
 BLOCK_STEPS = 32  # steps between certification checks (and undo granularity) at the start of a piece
 MAX_BLOCK_STEPS = 8192  # blocks grow up to this while the bound grows slowly (see _Piece.next_block)
-BOUND_SLACK = 1e-6  # relative slack on the accumulated movement bound (its own rounding)
 REFRESH_AT = 0.5  # refresh the margins once a neuron's bound reaches this share of its margin ...
 REFRESH_GROUPS_AT = 0.25  # ... those of the groups where some neuron's bound has reached this share
 GRAPHS = True  # torch path on CUDA: full blocks of BLOCK_STEPS steps replayed from one CUDA graph ...
@@ -70,7 +70,6 @@ GRAPH_AFTER_BLOCKS = 4  # ... captured once a layout has survived to blocks this
 CPU_GRAPHS = False  # the same capture/replay logic on the CPU, replaying eagerly (tests switch this on)
 PARTS = True  # compiled path: runs stepped in parts of the batch (GroupedStepper.parts)
 TORCH_GRAM = True  # torch path: groups with few points step in pre-activation coordinates (steppers/gram.py)
-PRODUCT_POINTS_FRACTION = 0.25  # compiled path: groups with at least this share of the n points ...
 
 
 def max_uncertain(n: int) -> int:
@@ -83,256 +82,12 @@ def max_uncertain(n: int) -> int:
     return max(MAX_UNCERTAIN, n // UNCERTAIN_FRACTION)
 
 
-def _product_thresholds() -> tuple[int, int]:
-    """... form their share of h and their direction g_k from matrix products (MKL's, called from
-    the compiled step: kernels._product_pass, blas.py) from this n·d on, where a dataset has this
-    many of them. It depends on the CPU: where torch dispatches to AVX-512, MKL's thin products
-    run at 20–25 GFMA/s on one core against ~7 for the loops and pay from one group on at d = 256
-    (Intel Xeon, 10 rich runs: 1.14× the loops' steps, 1.4× with the chunks of
-    step_kernel.StepKernel._chunk_layout); elsewhere (AMD EPYC, AVX2) they ran at ~3.4 GFMA/s and
-    paid only from ~12 groups at d ≥ 512 (d = 1024: 20 groups 1234 vs 947 run-it/s with the
-    loops, 5 groups 730 vs 1003). Decided from the machine alone, so a resumed job on the same
-    machine repeats it."""
-    if torch.backends.cpu.get_cpu_capability() == "AVX512":
-        return 1 << 16, 1
-    return 1 << 18, 12
-
-
-PRODUCT_MIN_POINTS_X_DIM, PRODUCT_MIN_GROUPS = _product_thresholds()
-
 COUNTERS: dict[str, int] = {}  # diagnostics since import (see _count)
 
 
 def _count(**kw: int) -> None:
     for k, v in kw.items():
         COUNTERS[k] = COUNTERS.get(k, 0) + v
-
-
-class GroupSet:
-    """The groups of a dense layout's run slots (FastStepper ``fs``): members in flat arrays,
-    sorted by group, groups sorted by slot (so by dataset). ``groups_by_slot[q]`` lists the
-    (neuron indices, pattern) of slot q, whose neurons live at batch position ``fs.slot_run[q]``.
-
-    Per group k: ``slot`` (G,), ``S`` (G, n) pattern as 0/1, ``pts_ptr``/``pts`` its points (CSR),
-    ``mem`` (G + 1,) the range of its members, ``gsum`` Σ‖g_k‖ since the refresh, ``dpos`` its row
-    in the per-dataset product buffers (``products``: the compiled path's, kernels._product_pass;
-    −1: loops). Per member j:
-    ``W`` (N, d), ``a`` (N,), ``gid`` (N,), ``margin``, ``zn`` = ‖(w_j, a_j)‖ at the refresh and
-    ``allow`` (rounding allowance per step). With ``gram`` (the torch path) the groups that
-    gram.choose admits step in pre-activation coordinates (``self.gram``, gram.GramSet; their
-    members' W is brought up to date by :meth:`sync`), the others (``wide_idx``) by the n-mask
-    products, in which a Gram group's members sit in a padded row of zero pattern (no share, no
-    direction)."""
-
-    def __init__(self, fs: FastStepper, groups_by_slot: Groups, coef: float, products: bool = False,
-                 gram: bool = False):
-        dev, dt = fs.W.device, fs.W.dtype
-        n, d, Q = fs.n, fs.d, fs.Q
-        self.n, self.d, self.coef = n, d, coef
-        flat = [(q, cols, pat) for q, gs in enumerate(groups_by_slot) for cols, pat, _ in gs]
-        unc_of = [u for gs in groups_by_slot for _, _, u in gs]
-        self.G = G = len(flat)
-        slot_run = fs.slot_run.tolist()
-        sizes = [int(c.numel()) for _, c, _ in flat]
-        self.N = sum(sizes)
-        self.slot = torch.tensor([f[0] for f in flat], dtype=torch.long, device=dev)
-        self.mem = torch.tensor([0] + sizes, dtype=torch.long).cumsum(0).to(dev)
-        self.gid = torch.repeat_interleave(torch.arange(G, device=dev),
-                                           torch.tensor(sizes, dtype=torch.long, device=dev))
-        runs = [slot_run[q] for q, c, _ in flat for _ in range(int(c.numel()))]
-        neurons = [c.to(dev) for _, c, _ in flat] or [torch.zeros(0, dtype=torch.long, device=dev)]
-        self._at = (torch.tensor(runs, dtype=torch.long, device=dev), torch.cat(neurons))
-        pats = torch.stack([p.to(dev) for _, _, p in flat]) if flat else torch.zeros(0, n, dtype=torch.bool, device=dev)
-        self.S = pats.to(dt)
-        counts = pats.sum(1)
-        self.pts_ptr = torch.cat([torch.zeros(1, dtype=torch.long, device=dev), counts.cumsum(0)])
-        self.pts = torch.nonzero(pats)[:, 1].contiguous()
-        # one-neuron groups' uncertain points (choose_groups; compiled path, torch path's Gram groups): CSR, flags
-        self.U = torch.zeros(G, n, dtype=torch.bool, device=dev)
-        for k, u in enumerate(unc_of):
-            if u is not None:
-                assert sizes[k] == 1, "a group with uncertain points has one neuron"
-                self.U[k] = u.to(dev)
-        n_unc = self.U.sum(1)
-        self.uncertain = int(n_unc.sum())
-        self.unc_ptr = torch.cat([torch.zeros(1, dtype=torch.long, device=dev), n_unc.cumsum(0)])
-        self.unc = torch.nonzero(self.U)[:, 1].contiguous()
-        self.uact = torch.zeros(self.uncertain, dtype=torch.bool, device=dev)
-        # compiled path: product groups' positions in per-dataset padded buffers (-1: none)
-        many = (counts >= PRODUCT_POINTS_FRACTION * n) & (n * d >= PRODUCT_MIN_POINTS_X_DIM) & (n_unc == 0)
-        eligible = (many & (products and blas.available())).tolist()
-        ds_of_group = (self.slot // Q).tolist()
-        per_ds = [0] * fs.Xg.shape[0]
-        for s, ok in zip(ds_of_group, eligible):
-            per_ds[s] += ok
-        self.dpos = torch.full((G,), -1, dtype=torch.long, device=dev)
-        n_prod = [0] * fs.Xg.shape[0]
-        for k, (s, ok) in enumerate(zip(ds_of_group, eligible)):
-            if ok and per_ds[s] >= PRODUCT_MIN_GROUPS:
-                self.dpos[k] = n_prod[s]
-                n_prod[s] += 1
-        self.Gd = max(n_prod) if n_prod else 0
-        self.dpos = torch.where(self.dpos >= 0, (self.slot // Q) * self.Gd + self.dpos, self.dpos)
-        # torch path: the Gram groups apart (steppers/gram.py), the others ("wide") by n-mask products
-        self.gram: gram_groups.GramSet | None = None
-        which = torch.zeros(G, dtype=torch.bool, device=dev)
-        if gram and G:
-            which = gram_groups.choose(counts, torch.tensor(sizes, device=dev), n_unc, n, d)
-            if bool(which.any()):
-                self.gram = gram_groups.GramSet(fs.Xg, Q, self.slot, self.pts_ptr, self.pts, self.gid, which,
-                                                self.unc_ptr, self.unc)
-        assert not gram or bool(which[n_unc > 0].all()), "torch path: a group with uncertain points is a Gram group"
-        # padded per-dataset positions for the torch path's matrix products
-        ds = (self.slot // Q).tolist()
-        S_ds = fs.Xg.shape[0]
-        per = [0] * S_ds
-        within = []  # position of each group among its dataset's wide groups (Gram groups: the last row)
-        for s, g in zip(ds, which.tolist()):
-            within.append(-1 if g else per[s])
-            per[s] += 0 if g else 1
-        # with Gram groups one more row per dataset, zero pattern, for their members: their share there is
-        # exactly zero and their direction zero, so the members' updates below leave them as they are
-        self.Gmax = Gmax = max(1, max(per) + (self.gram is not None))
-        flat_all = torch.tensor([s * Gmax + (p if p >= 0 else Gmax - 1) for s, p in zip(ds, within)],
-                                dtype=torch.long, device=dev)
-        self.wide_idx = torch.nonzero(~which).flatten()
-        self.flatpos = flat_all[self.wide_idx]
-        # padded rows (S·Gmax): the groups at flatpos, zero patterns elsewhere, which add exact zeros
-        # to their dataset's first slot (fewer kernels per step than gathering into padding)
-        P = S_ds * Gmax
-        self.S_pad = torch.zeros(P, n, dtype=dt, device=dev)
-        self.S_pad[self.flatpos] = self.S[self.wide_idx]
-        self.slot_pad = (torch.arange(P, device=dev) // Gmax) * Q
-        self.slot_pad[self.flatpos] = self.slot[self.wide_idx]
-        self.u_pad = torch.zeros(P, d, dtype=dt, device=dev)
-        self.Xg, self.XgT = fs.Xg, fs.XgT
-        self.xnorm = torch.linalg.vector_norm(fs.Xg, dim=-1)  # (S, n)
-        self.ds_of_member = (self.slot // Q)[self.gid]
-        self.gid_pad = flat_all[self.gid]  # each member's padded row
-        self.W = torch.zeros(self.N, d, dtype=dt, device=dev)
-        self.a = torch.zeros(self.N, dtype=dt, device=dev)
-        self.gsum = torch.zeros(G, dtype=dt, device=dev)
-        self.margin = torch.full((self.N,), float("inf"), dtype=dt, device=dev)
-        self.zn = torch.zeros(self.N, dtype=dt, device=dev)
-        self.allow = torch.zeros(self.N, dtype=dt, device=dev)
-        self.steps_since_refresh = torch.zeros(G, dtype=torch.long, device=dev)  # per group
-        self.W_bak, self.a_bak = torch.empty_like(self.W), torch.empty_like(self.a)
-
-    # -- transfer -------------------------------------------------------------------------
-    def load(self, W: torch.Tensor, a: torch.Tensor) -> None:
-        self.W.copy_(W[self._at])
-        self.a.copy_(a[self._at])
-        if self.gram is not None:
-            self.gram.setup(self.W)
-
-    def sync(self) -> None:
-        """The Gram groups' weights brought up to date (gram.GramGroups.flush), their coordinates
-        taken afresh from them; nothing without Gram groups."""
-        if self.gram is not None:
-            self.gram.flush(self.W)
-            self.gram.setup(self.W)
-
-    def resume(self) -> None:
-        """After W and a were restored to the state of the last :meth:`sync`: the Gram groups'
-        coordinates taken from them again (the steps since discarded)."""
-        if self.gram is not None:
-            self.gram.setup(self.W)
-
-    def store(self, W: torch.Tensor, a: torch.Tensor) -> None:
-        W[self._at] = self.W
-        a[self._at] = self.a
-
-    def neurons(self, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(batch position, neuron) of the members in ``mask`` (N,)."""
-        return self._at[0][mask], self._at[1][mask]
-
-    # -- the torch step -------------------------------------------------------------------
-    def h(self, out: torch.Tensor) -> None:
-        """The groups' share of h (SQ, n) at the current state: Σ_k s_ki x_i·u_k (u_k summed into
-        its padded row; one product per dataset; the padding rows add exact zeros)."""
-        S_ds = self.Xg.shape[0]
-        self.u_pad.zero_()
-        self.u_pad.index_add_(0, self.gid_pad, self.W * self.a[:, None])
-        H = torch.bmm(self.u_pad.view(S_ds, self.Gmax, self.d), self.XgT).view(-1, self.n)
-        H.mul_(self.S_pad)
-        out.zero_()
-        out.index_add_(0, self.slot_pad, H)
-        if self.gram is not None:
-            self.gram.h(out, self.a)
-
-    def update(self, r: torch.Tensor, coef_member: torch.Tensor) -> None:
-        """One step with residual r (SQ, n); coef_member (N,) = coef, or 0 for stopped runs.
-        (Groups with uncertain points are Gram groups on the torch path.) The padding rows'
-        directions are never used."""
-        V = self.S_pad * r[self.slot_pad]
-        g = torch.bmm(V.view(self.Xg.shape[0], self.Gmax, self.n), self.Xg).view(-1, self.d)  # (S·Gmax, d)
-        gg = g[self.gid_pad]  # (a Gram group's member: its zero row)
-        ga = (self.W * gg).sum(-1)  # w_j·g_k with the old w_j
-        if self.gram is None:
-            self.gsum.add_(torch.linalg.vector_norm(g, dim=-1)[self.flatpos])
-        else:
-            self.gsum.index_add_(0, self.wide_idx, torch.linalg.vector_norm(g, dim=-1)[self.flatpos])
-            self.gram.update(r, self.a, coef_member, self.gsum)  # its members: a here, W at sync()
-        self.W.addcmul_(gg, (self.a * coef_member)[:, None])
-        self.a.addcmul_(ga, coef_member)
-
-    # -- certification --------------------------------------------------------------------
-    def refresh(self, groups: torch.Tensor | None = None) -> torch.Tensor:
-        """Exact pre-activations: margins, bound reset — of the members of ``groups`` ((G,) bool;
-        default all: each group's bound runs from its own last refresh). Returns the (N,) mask of
-        members whose signs differ from their group's pattern or lie within rounding of 0."""
-        bad = torch.zeros(self.N, dtype=torch.bool, device=self.W.device)
-        sel = torch.ones_like(bad) if groups is None else groups[self.gid]
-        wn = torch.linalg.vector_norm(self.W, dim=-1)
-        for s in torch.unique(self.ds_of_member[sel]).tolist():
-            idx = torch.nonzero((self.ds_of_member == s) & sel).flatten()
-            pre = self.W[idx] @ self.XgT[s]  # (k, n)
-            rnd = rounding_bound(wn[idx], self.xnorm[s], self.d)
-            want = self.S[self.gid[idx]] > 0
-            exact = self.U[self.gid[idx]]  # uncertain points: computed at every step, not certified
-            good = (((pre > 0) == want) & (pre.abs() > rnd)) | exact
-            bad[idx] = ~good.all(1)
-            mu = (pre.abs() - rnd) / self.xnorm[s]
-            self.margin[idx] = mu.masked_fill(exact, float("inf")).amin(1)
-        u = torch.finfo(self.W.dtype).eps / 2
-        self.allow[sel] = (wn * (8.0 * u * self.d ** 0.5))[sel]  # a few ulps of ‖w_j‖·√d per step
-        self.zn[sel] = torch.sqrt(wn * wn + self.a * self.a)[sel]
-        if groups is None:
-            self.gsum.zero_()
-            self.steps_since_refresh.zero_()
-        else:
-            self.gsum[groups] = 0.0
-            self.steps_since_refresh[groups] = 0
-        return bad
-
-    def movement(self) -> torch.Tensor:
-        """(N,) bound on ‖w_j(t) − w_j(t₀)‖ since the refresh at t₀, rounding allowance included."""
-        grow = torch.expm1(self.gsum[self.gid] * (self.coef * (1.0 + BOUND_SLACK)))
-        return self.zn * grow + self.allow * self.steps_since_refresh[self.gid]
-
-
-def _torch_gram_layout(groups: Groups, exact: torch.Tensor, n: int, d: int, device_type: str
-                       ) -> tuple[Groups, torch.Tensor, bool]:
-    """Torch path: whether the layout takes Gram groups (gram.worth of what they save), and the
-    one-neuron groups with uncertain points that it cannot step (all of them without Gram groups,
-    else those gram.choose does not admit: too many points in all) made exact again."""
-    flat = [(r, cols, pat, unc) for r, gs in enumerate(groups) for cols, pat, unc in gs]
-    if not flat:
-        return groups, exact, False
-    # the groups' point counts in one reduction each (one host transfer, not one per group)
-    pts = torch.stack([pat for _, _, pat, _ in flat]).sum(1).cpu()
-    unc_n = torch.stack([torch.zeros_like(pat) if unc is None else unc for _, _, pat, unc in flat]).sum(1).cpu()
-    mem = torch.tensor([int(cols.numel()) for _, cols, _, _ in flat], dtype=torch.long)
-    use = gram_groups.worth(gram_groups.saved_ops(pts, mem, unc_n, n, d), device_type)
-    ok = gram_groups.choose(pts, mem, unc_n, n, d) & use
-    exact = exact.clone()
-    out: Groups = [[] for _ in groups]
-    for (r, cols, pat, unc), fits in zip(flat, ok.tolist()):
-        if unc is not None and not fits:
-            exact[r, cols] = True
-        else:
-            out[r].append((cols, pat, unc))
-    return out, exact, use
 
 
 class _EagerReplay:
@@ -366,7 +121,7 @@ class _Piece:
                                       ~self.twice if singles else None)
         use_gram = False
         if singles and not self.compiled:  # Gram groups where they pay; singles that no Gram group takes: exact
-            groups, exact, use_gram = _torch_gram_layout(groups, exact, n, d, b.W.device.type)
+            groups, exact, use_gram = torch_gram_layout(groups, exact, n, d, b.W.device.type)
         # h of the exact neurons: index_add on the CPU (the compiled loops' layout); CUDA's deterministic
         # selector product there
         fs = FastStepper(b, self.rule, use_graphs=False, blocks=False, dead=~exact,
