@@ -186,7 +186,7 @@ def test_torch_gram_only_where_it_pays(monkeypatch, counters, kernel):
     the reference's."""
     if kernel != "torch" or gram.MIN_POINTS_X_DIM == 0:
         pytest.skip("the torch path's (once: the torch-gram variant is this one)")
-    assert gram.worth(8e9, "cuda") and not gram.worth(7e9, "cuda") and gram.worth(0.0, "mps")
+    assert gram.worth(5e9, "cuda") and not gram.worth(4e9, "cuda") and gram.worth(0.0, "mps")
     monkeypatch.setattr(gram, "MIN_POINTS_X_DIM", 0)
     monkeypatch.setitem(gram.MIN_SAVED_OPS, "cpu", 1e12)
     tr = make_trial("uncentred", 12, 40, 6)
@@ -589,4 +589,35 @@ def test_checkpoint_ab_benchmark(kernel, rich_late_state, tmp_path, monkeypatch,
     for bad, why in bad_settings:
         with pytest.raises(SystemExit, match=why):
             mod.main(["/nonexistent", "1", "1", bad, "default"])
+    assert mod.main([]) == 2 and "Usage" in capsys.readouterr().out
+
+
+def test_torch_step_ab_benchmark(kernel, rich_late_state, tmp_path, capsys):
+    """benchmarks/torch_step_ab.py on a checkpoint file: the torch path's layout modules of a git
+    revision against the working tree's — its record (operations per step counted, rounds timed,
+    the states agreeing), the working tree's modules and the kernels' setting restored after, a
+    revision without the modules refused by name before any work."""
+    import json
+    import os
+    import subprocess
+
+    if kernel != "torch":
+        pytest.skip("the script steps the torch path (once)")
+    repo = benchmark_scripts.REPO
+    have = subprocess.run(["git", "show", "HEAD:src/shallowrelu/steppers/group_set.py"], cwd=repo, capture_output=True)
+    if have.returncode != 0:
+        pytest.skip("needs a git checkout whose HEAD has steppers/group_set.py")
+    specs, b = rich_late_state
+    ck = benchmark_scripts.checkpoint(tmp_path / ".checkpoint-test.pkl", b, [s.key for s in specs], 20000)
+    mod = benchmark_scripts.load("torch_step_ab")
+    tree = grouped.GroupSet
+    env = os.environ.get(kernels.ENV)
+    assert mod.main(["HEAD", str(ck), "128", "1", str(tmp_path / "rec.json")]) == 0
+    assert grouped.GroupSet is tree and os.environ.get(kernels.ENV) == env
+    rec = json.loads((tmp_path / "rec.json").read_text())
+    assert rec["iteration"] == 20000 and rec["stops_identical"] and rec["max_rel_diff_W"] < 1e-12
+    assert all(0 < rec["ops_per_step"][v]["kernels"] <= rec["ops_per_step"][v]["all"] for v in ("rev", "tree"))
+    assert len(rec["seconds"]["rev"]) == len(rec["seconds"]["tree"]) == 1 and rec["rev"] == "HEAD"
+    with pytest.raises(SystemExit, match="no-such-revision"):
+        mod.main(["no-such-revision", "/nonexistent", "1", "1"])
     assert mod.main([]) == 2 and "Usage" in capsys.readouterr().out

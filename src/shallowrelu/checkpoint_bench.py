@@ -46,3 +46,21 @@ def differences(x: Batch, y: Batch) -> dict[str, float | bool]:
     rel_a = float(((x.a - y.a).norm(dim=1) / y.a.norm(dim=1)).max())
     same = bool(torch.equal(x.stop_iter, y.stop_iter) and torch.equal(x.running, y.running))
     return {"max_rel_diff_W": rel_W, "max_rel_diff_a": rel_a, "stops_identical": same}
+
+
+VIEWS = frozenset({"aten::view", "aten::slice", "aten::select", "aten::unsqueeze", "aten::squeeze", "aten::as_strided",
+                   "aten::expand", "aten::transpose", "aten::t", "aten::alias", "aten::detach", "aten::_unsafe_view",
+                   "aten::reshape", "aten::lift_fresh", "aten::permute"})
+
+
+def ops_per_step(b: Batch, idx: torch.Tensor, t0: int, steps: int) -> dict[str, float]:
+    """Top-level torch operations per step of :func:`timed` (the torch profiler's events without a
+    parent): ``all``, and ``kernels`` without the views (``VIEWS``: no kernel on a GPU). On the torch
+    path (``SHALLOWRELU_KERNELS=torch``, what CUDA runs) each of the others is one kernel launch on a
+    GPU: the count a step replayed from a CUDA graph pays for in launch latency, whatever its size."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        timed(b, idx, t0, steps)
+    top = [e.name for e in prof.events() if e.cpu_parent is None and e.name.startswith("aten::")]
+    return {"all": len(top) / steps, "kernels": sum(n not in VIEWS for n in top) / steps}

@@ -22,6 +22,8 @@ arithmetic is another basis: the iterates are the reference's to rounding, not b
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 
 BUCKETS = (16, 64, 128)  # Gram groups in size classes, each padded to its largest p (GramSet) ...
@@ -30,12 +32,16 @@ MAX_POINTS = BUCKETS[-1]  # ... so a group with at most this many points ...
 MIN_POINTS_X_DIM = 1 << 18  # ... where n·d is at least this: the Gram step adds ~15 kernels per step, which at
 # small n·d (a GPU step there is launch-bound, not arithmetic-bound) cost more than the products they save
 CHUNK_BYTES = 1 << 26  # K_P is formed for this many bytes of gathered X rows at a time
+# ... and Z and the weights at each block's end (setup, flush) for this many: cache-sized on the CPU (64 MiB
+# there ran 1.6-1.8x slower than a loop over the points; 4 MiB 1.3-1.6x faster than it, bench's d = 1024 state)
+SYNC_CHUNK_BYTES = {"cpu": 1 << 22, "cuda": CHUNK_BYTES}
 # A layout takes Gram groups only where they save at least this many float64 operations per step (the
 # n-masks' 4·n·d per group against their 2·p² + 6·m·p, summed over the batch): each size class adds
-# ~40 kernels per step, ~2 µs each replayed from a CUDA graph (~8·10⁹ operations' time on an H200 for
-# three classes, an estimate until benchmarks/gpu_check.sh's grouped_late vs grouped_late_masks), ~5 µs
-# each eager on the CPU (~3·10⁷ at its ~50 GFLOP/s)
-MIN_SAVED_OPS = {"cuda": 8e9, "cpu": 3e7}
+# ~25 kernels per step (h 6, update 19: benchmarks/torch_step_ab.py counts them; ~40 before the
+# 2026-12-02 revision), ~2 µs each replayed from a CUDA graph (~5·10⁹ operations' time at half an H200's
+# peak for three classes, an estimate until benchmarks/gpu_check.sh's grouped_late vs grouped_late_masks;
+# 8·10⁹ with ~40), ~5 µs each eager on the CPU (~3·10⁷ at its ~50 GFLOP/s)
+MIN_SAVED_OPS = {"cuda": 5e9, "cpu": 3e7}
 
 
 def applies(n: int, d: int) -> bool:
@@ -66,6 +72,12 @@ def choose(points: torch.Tensor, members: torch.Tensor, uncertain: torch.Tensor,
     return ok & applies(n, d)
 
 
+def size_class(q: torch.Tensor) -> torch.Tensor:
+    """(G,) each group's size class: the index of the first of BUCKETS that holds its q points in all
+    (len(BUCKETS) where none does)."""
+    return torch.bucketize(q, torch.tensor(BUCKETS, dtype=q.dtype, device=q.device))
+
+
 class GramGroups:
     """The Gram groups ``which`` (G,) of a GroupSet: their points padded to P columns (a one-neuron
     group's *uncertain* points, ``unc_ptr``/``unc`` CSR, after its certain ones: active where the
@@ -94,15 +106,26 @@ class GramGroups:
         self.pts = torch.where(real, torch.where(self.uncertain, at_u, at_c), 0)
         self.has_uncertain = bool(self.uncertain.any())
         self.mask = real.to(dt)
-        self.scatter_at = torch.where(real, self.pts, self.n)  # padding to an extra column, dropped
         self.slot = slot[self.idx]
+        # each (group, column)'s element of the flattened (SQ, n) h and r: padding at its slot's point 0,
+        # where h gets an exact zero (Z and the activity vanish on padding) and r's value is masked out
+        self.flat_at = self.slot[:, None] * self.n + self.pts
         self.ds = self.slot // Q
+        self.row_at = self.ds[:, None] * self.n + self.pts  # each (group, column)'s row of Xg as (S·n, d)
         row_of = torch.full((slot.numel(),), -1, dtype=torch.long, device=dev)
         row_of[self.idx] = torch.arange(Gg, device=dev)
         self.mg = torch.nonzero(row_of[gid] >= 0).flatten()
         self.zg = row_of[gid[self.mg]]
         # each group's first member's row (members come sorted by group): with uncertain points, its one member
         self.first = torch.searchsorted(self.zg, torch.arange(Gg, device=dev))
+        # the groups and their members are consecutive in the GroupSet (group_set.GroupSet orders a size
+        # class's groups together): slices of its per-group and per-member arrays, not gathers
+        Ng = int(self.mg.numel())
+        self.groups = slice(int(self.idx[0]), int(self.idx[0]) + Gg)
+        self.members = slice(int(self.mg[0]), int(self.mg[0]) + Ng)
+        assert int(self.idx[-1]) == self.groups.stop - 1 and int(self.mg[-1]) == self.members.stop - 1, \
+            "a size class's Gram groups are consecutive in the GroupSet"
+        self.single = Ng == Gg  # one member per group: a member's group's row is its own
         self.K = torch.empty(Gg, P, P, dtype=dt, device=dev)
         step = max(1, CHUNK_BYTES // (8 * P * self.d))
         for k0 in range(0, Gg, step):
@@ -111,66 +134,80 @@ class GramGroups:
         self.xnorm = torch.sqrt(torch.diagonal(self.K, dim1=1, dim2=2).clamp(min=0))  # ‖x_i‖ (0 on padding)
         u = torch.finfo(dt).eps / 2
         self.unit = (2.0 * (self.d + 2) + 4.0 * counts.to(dt)) * u  # per group: K's entries, the sums over P
-        Ng = int(self.mg.numel())
         self.Z = torch.zeros(Ng, P, dtype=dt, device=dev)
         self.C = torch.zeros_like(self.Z)
         self.umax = torch.zeros(Ng, dtype=dt, device=dev)
         self.hz = torch.zeros(Gg, P, dtype=dt, device=dev)
         self.act = self.mask.clone()  # the points that count at the current state (set by h, read by update)
-        self.H = torch.zeros(Gg, self.n + 1, dtype=dt, device=dev)
+        self.certain_f = (real & ~self.uncertain).to(dt)  # act = certain_f + uncertain_f·[Z > 0]
+        self.uncertain_f = self.uncertain.to(dt)
 
-    def _rows(self, c: int) -> torch.Tensor:
-        """(Ng, d): each member's group's c-th point x_i (a real point's row; zero on padding)."""
-        return self.Xg[self.ds[self.zg], self.pts[self.zg, c]] * self.mask[self.zg, c, None]
+    def _member_chunks(self) -> Iterator[tuple[slice, torch.Tensor]]:
+        """The members in chunks of about CHUNK_BYTES of rows: (their slice, (k, P, d) each one's
+        group's points x_i; on padding the row of its dataset's point 0, which the callers cancel)."""
+        Ng = int(self.mg.numel())
+        step = max(1, SYNC_CHUNK_BYTES.get(self.Xg.device.type, CHUNK_BYTES) // (8 * self.P * self.d))
+        X = self.Xg.reshape(-1, self.d)  # (S·n, d): whole rows gathered by index_select
+        for k0 in range(0, Ng, step):
+            at = self.row_at[self.zg[k0:k0 + step]]
+            yield slice(k0, k0 + step), X.index_select(0, at.view(-1)).view(at.shape[0], self.P, self.d)
 
     def setup(self, W: torch.Tensor) -> None:
-        """Z = the members' pre-activations on their points from the GroupSet's weights W, C = 0, umax = 0."""
-        Wm = W[self.mg]
-        for c in range(self.P):
-            torch.sum(self._rows(c) * Wm, dim=-1, out=self.Z[:, c])
+        """Z = the members' pre-activations on their points from the GroupSet's weights W (zero on
+        padding), C = 0, umax = 0 (one batched product per chunk of members)."""
+        Wm = W[self.members]
+        for sl, rows in self._member_chunks():
+            torch.mul(torch.bmm(rows, Wm[sl, :, None]).squeeze(-1), self.mask[self.zg[sl]], out=self.Z[sl])
         self.C.zero_()
         self.umax.zero_()
 
     def flush(self, W: torch.Tensor) -> None:
-        """W ← W + X_Pᵀ C for the members (the steps since :meth:`setup`), except coordinates no
-        step could change: where w ± umax rounds to w every step's update rounded away in the
-        step-by-step arithmetic, so the coordinate keeps its value there too (the frozen rule)."""
-        Wm = W[self.mg]
-        acc = torch.zeros_like(Wm)
-        for c in range(self.P):
-            acc.addcmul_(self.C[:, c, None], self._rows(c))
+        """W ← W + X_Pᵀ C for the members (the steps since :meth:`setup`; C is zero on padding, where
+        the direction is), except coordinates no step could change: where w ± umax rounds to w every
+        step's update rounded away in the step-by-step arithmetic, so the coordinate keeps its value
+        there too (the frozen rule)."""
+        Wm = W[self.members]
+        acc = torch.empty_like(Wm)
+        for sl, rows in self._member_chunks():
+            torch.bmm(self.C[sl, None, :], rows, out=acc[sl, None, :])
         um = self.umax[:, None]
         keep = (Wm + um == Wm) & (Wm - um == Wm)
-        W[self.mg] = torch.where(keep, Wm, Wm + acc)
+        Wm.copy_(torch.where(keep, Wm, Wm + acc))
 
     def h(self, out: torch.Tensor, a: torch.Tensor) -> None:
         """Add the groups' share Σ_j a_j relu(Z_ji) of h at their points to ``out`` (SQ, n) (Z_ji > 0
         on the certain points, certified); ``act`` (Gg, P): 1 where a point counts at this state (an
         uncertain one: its pre-activation > 0), which the same step's :meth:`update` reads (the
         grouped step calls h, then update, from the same Z)."""
-        self.hz.zero_()
-        self.hz.index_add_(0, self.zg, self.Z * a[self.mg, None])
+        a_m = a[self.members, None]
+        if self.single:
+            torch.mul(self.Z, a_m, out=self.hz)
+        else:
+            self.hz.zero_()
+            self.hz.index_add_(0, self.zg, self.Z * a_m)
         if self.has_uncertain:
-            torch.mul(self.mask, (~self.uncertain | (self.Z[self.first] > 0)).to(self.mask.dtype), out=self.act)
+            zf = self.Z if self.single else self.Z[self.first]
+            torch.addcmul(self.certain_f, self.uncertain_f, (zf > 0).to(self.hz.dtype), out=self.act)
             self.hz.mul_(self.act)
-        self.H.zero_()
-        self.H.scatter_(1, self.scatter_at, self.hz)
-        out.index_add_(0, self.slot, self.H[:, :self.n])
+        out.view(-1).index_add_(0, self.flat_at.view(-1), self.hz.view(-1))  # in group order, as row by row
 
     def update(self, r: torch.Tensor, a: torch.Tensor, coef_member: torch.Tensor, gsum: torch.Tensor) -> None:
         """One step with residual r (SQ, n), after :meth:`h` at the same state: the members' a, Z, C,
-        umax; each group's ‖g_k‖ bound to gsum."""
-        v = r[self.slot[:, None], self.pts] * self.act  # the direction at t: its active points
+        umax; each group's ‖g_k‖ bound to gsum. (Dot products over the points as batched products:
+        fewer kernels per step than a product and a sum.)"""
+        v = torch.take(r, self.flat_at) * self.act  # the direction at t: its active points
         kv = torch.bmm(self.K, v.unsqueeze(-1)).squeeze(-1)
-        s_abs = (v.abs() * self.xnorm).sum(-1)
-        gn = torch.sqrt((v * kv).sum(-1).clamp(min=0) + self.unit * s_abs * s_abs)
-        gsum.index_add_(0, self.idx, gn)
-        vm = v[self.zg]
-        am, cm = a[self.mg], coef_member[self.mg]
-        sc = am * cm
-        a[self.mg] = am + (self.Z * vm).sum(-1) * cm  # w_j·g with the old w_j
-        torch.maximum(self.umax, sc.abs() * gn[self.zg], out=self.umax)
-        self.Z.addcmul_(kv[self.zg], sc[:, None])
+        s_abs = torch.bmm(v.abs().unsqueeze(1), self.xnorm.unsqueeze(-1)).view(-1)
+        vkv = torch.bmm(v.unsqueeze(1), kv.unsqueeze(-1)).view(-1)
+        gn = torch.addcmul(vkv.clamp_(min=0), self.unit * s_abs, s_abs).sqrt_()
+        gsum[self.groups].add_(gn)
+        vm, kvm, gnm = (v, kv, gn) if self.single else (v[self.zg], kv[self.zg], gn[self.zg])
+        am, cm = a[self.members], coef_member[self.members]
+        sc = am * cm  # with the old a_j
+        zv = torch.bmm(self.Z.unsqueeze(1), vm.unsqueeze(-1)).view(-1)  # w_j·g with the old w_j
+        am.addcmul_(zv, cm)
+        torch.maximum(self.umax, sc.abs() * gnm, out=self.umax)
+        self.Z.addcmul_(kvm, sc[:, None])
         self.C.addcmul_(vm, sc[:, None])
 
 
@@ -181,14 +218,12 @@ class GramSet:
 
     def __init__(self, Xg: torch.Tensor, Q: int, slot: torch.Tensor, pts_ptr: torch.Tensor, pts: torch.Tensor,
                  gid: torch.Tensor, which: torch.Tensor, unc_ptr: torch.Tensor, unc: torch.Tensor):
-        q = (pts_ptr[1:] - pts_ptr[:-1]) + (unc_ptr[1:] - unc_ptr[:-1])
+        cls = size_class((pts_ptr[1:] - pts_ptr[:-1]) + (unc_ptr[1:] - unc_ptr[:-1]))
         self.parts: list[GramGroups] = []
-        lo = 0
-        for hi in BUCKETS:
-            sel = which & (q > lo) & (q <= hi)
+        for c in range(len(BUCKETS)):
+            sel = which & (cls == c)
             if bool(sel.any()):
                 self.parts.append(GramGroups(Xg, Q, slot, pts_ptr, pts, gid, sel, unc_ptr, unc))
-            lo = hi
         self.size = int(which.sum())
 
     def setup(self, W: torch.Tensor) -> None:

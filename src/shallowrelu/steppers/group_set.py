@@ -42,10 +42,28 @@ def _product_thresholds() -> tuple[int, int]:
 PRODUCT_MIN_POINTS_X_DIM, PRODUCT_MIN_GROUPS = _product_thresholds()
 
 
+FlatGroup = tuple[int, torch.Tensor, torch.Tensor, "torch.Tensor | None"]  # (slot, neurons, pattern, uncertain points)
+
+
+def _gram_classes_last(flat: list[FlatGroup], n: int, d: int) -> list[FlatGroup]:
+    """Torch path: the groups reordered (stably) so that the groups gram.choose admits come after
+    the others, one size class after another (gram.size_class): each class's groups and members are
+    then consecutive, so gram.GramGroups reads them as slices rather than gathers; the others keep
+    their order (sorted by slot), so their arithmetic is unchanged."""
+    pats = torch.stack([p for _, _, p, _ in flat])
+    counts = pats.sum(1)
+    n_unc = torch.stack([torch.zeros_like(p) if u is None else u for _, _, p, u in flat]).sum(1)
+    sizes = torch.tensor([int(c.numel()) for _, c, _, _ in flat], device=pats.device)
+    ok = gram_groups.choose(counts, sizes, n_unc, n, d)
+    key = torch.where(ok, 1 + gram_groups.size_class(counts + n_unc), 0).tolist()
+    return [flat[k] for k in sorted(range(len(flat)), key=key.__getitem__)]
+
+
 class GroupSet:
     """The groups of a dense layout's run slots (FastStepper ``fs``): members in flat arrays,
-    sorted by group, groups sorted by slot (so by dataset). ``groups_by_slot[q]`` lists the
-    (neuron indices, pattern) of slot q, whose neurons live at batch position ``fs.slot_run[q]``.
+    sorted by group, groups sorted by slot (so by dataset; with ``gram``, the Gram groups after the
+    others, by size class: _gram_classes_last). ``groups_by_slot[q]`` lists the (neuron indices,
+    pattern, uncertain points or None) of slot q, whose neurons live at batch position ``fs.slot_run[q]``.
 
     Per group k: ``slot`` (G,), ``S`` (G, n) pattern as 0/1, ``pts_ptr``/``pts`` its points (CSR),
     ``mem`` (G + 1,) the range of its members, ``gsum`` Σ‖g_k‖ since the refresh, ``dpos`` its row
@@ -63,15 +81,18 @@ class GroupSet:
         dev, dt = fs.W.device, fs.W.dtype
         n, d, Q = fs.n, fs.d, fs.Q
         self.n, self.d, self.coef = n, d, coef
-        flat = [(q, cols, pat) for q, gs in enumerate(groups_by_slot) for cols, pat, _ in gs]
+        flat = [(q, cols, pat, unc) for q, gs in enumerate(groups_by_slot) for cols, pat, unc in gs]
+        if gram and flat:
+            flat = _gram_classes_last(flat, n, d)
         self.G = G = len(flat)
         sizes = self._members(fs, flat)
-        pats = torch.stack([p.to(dev) for _, _, p in flat]) if flat else torch.zeros(0, n, dtype=torch.bool, device=dev)
+        pats = (torch.stack([p.to(dev) for _, _, p, _ in flat]) if flat
+                else torch.zeros(0, n, dtype=torch.bool, device=dev))
         self.S = pats.to(dt)
         counts = pats.sum(1)
         self.pts_ptr = torch.cat([torch.zeros(1, dtype=torch.long, device=dev), counts.cumsum(0)])
         self.pts = torch.nonzero(pats)[:, 1].contiguous()
-        n_unc = self._uncertain([u for gs in groups_by_slot for _, _, u in gs], sizes)
+        n_unc = self._uncertain([u for _, _, _, u in flat], sizes)
         self._product_positions(fs, counts, n_unc, products)
         # torch path: the Gram groups apart (steppers/gram.py), the others ("wide") by n-mask products
         self.gram: gram_groups.GramSet | None = None
@@ -95,18 +116,18 @@ class GroupSet:
         self.steps_since_refresh = torch.zeros(G, dtype=torch.long, device=dev)  # per group
         self.W_bak, self.a_bak = torch.empty_like(self.W), torch.empty_like(self.a)
 
-    def _members(self, fs: FastStepper, flat: list[tuple[int, torch.Tensor, torch.Tensor]]) -> list[int]:
+    def _members(self, fs: FastStepper, flat: list[FlatGroup]) -> list[int]:
         """Groups' slots and member ranges, members' groups and (batch position, neuron); the sizes."""
         dev = fs.W.device
         slot_run = fs.slot_run.tolist()
-        sizes = [int(c.numel()) for _, c, _ in flat]
+        sizes = [int(c.numel()) for _, c, _, _ in flat]
         self.N = sum(sizes)
         self.slot = torch.tensor([f[0] for f in flat], dtype=torch.long, device=dev)
         self.mem = torch.tensor([0] + sizes, dtype=torch.long).cumsum(0).to(dev)
         self.gid = torch.repeat_interleave(torch.arange(self.G, device=dev),
                                            torch.tensor(sizes, dtype=torch.long, device=dev))
-        runs = [slot_run[q] for q, c, _ in flat for _ in range(int(c.numel()))]
-        neurons = [c.to(dev) for _, c, _ in flat] or [torch.zeros(0, dtype=torch.long, device=dev)]
+        runs = [slot_run[q] for q, c, _, _ in flat for _ in range(int(c.numel()))]
+        neurons = [c.to(dev) for _, c, _, _ in flat] or [torch.zeros(0, dtype=torch.long, device=dev)]
         self._at = (torch.tensor(runs, dtype=torch.long, device=dev), torch.cat(neurons))
         return sizes
 
