@@ -143,7 +143,7 @@ class GramGroups:
         self.uncertain_f = self.uncertain.to(dt)
 
     def _member_chunks(self) -> Iterator[tuple[slice, torch.Tensor]]:
-        """The members in chunks of about CHUNK_BYTES of rows: (their slice, (k, P, d) each one's
+        """The members in chunks of about SYNC_CHUNK_BYTES of rows: (their slice, (k, P, d) each one's
         group's points x_i; on padding the row of its dataset's point 0, which the callers cancel)."""
         Ng = int(self.mg.numel())
         step = max(1, SYNC_CHUNK_BYTES.get(self.Xg.device.type, CHUNK_BYTES) // (8 * self.P * self.d))
