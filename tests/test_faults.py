@@ -34,7 +34,7 @@ from shallowrelu.measure import objective
 from shallowrelu.metrics import nuclear_norm
 from shallowrelu.model import get_convention, reference_train
 from shallowrelu.runs import checkpoint_path, train_trials
-from shallowrelu.steppers import dense
+from shallowrelu.steppers import dense, gram
 from shallowrelu.steppers.base import StepRule
 from shallowrelu.steppers.select import make_stepper
 from shallowrelu.stops import classify_stops, dead_runs, nonfinite_runs
@@ -142,23 +142,36 @@ def step_mode(request, monkeypatch):
     (4, 20, "centred", 1e80, False),      # finite at the chunk's start, inf/NaN after 2 of its steps
     (16, 100, "uncentred", 1e150, False),
     (16, 100, "uncentred", 1e150, True),  # through the grouped stepper
+    (16, 100, "uncentred", 1e150, "gram"),  # ... the torch path's with Gram groups, the bad run first
 ])
-def test_steppers_survive_a_run_going_nonfinite_mid_chunk(step_mode, d, m, scheme, scale, stable):
+def test_steppers_survive_a_run_going_nonfinite_mid_chunk(step_mode, monkeypatch, d, m, scheme, scale, stable):
     """A run blows up inside a 2048-step chunk (its weights scaled up at the chunk's start, which
     keeps its activation pattern and so the batch's layout): no stepper raises, and its inf/NaN
     reach no other run, which ends bit-identical to the same chunk with that run left finite
     ('blocks': CUDA's selector product for h, where 0·inf = NaN leaked into every run of the
     dataset before issue 16). In the grouped stepper the blown-up neurons fail certification and
     the layout is rebuilt, which regroups the other runs' neurons, so there they agree to rounding.
+    With the torch path's Gram groups at any size ("gram") the bad run is its dataset's first slot,
+    where the rows its runs share add their share of h, and whose residual the Gram members' row
+    read (0·NaN reached every Gram member of the dataset before 2026-12-02).
 
     (Against a batch *without* that run they agree to rounding only: any batch-mate with live
     neurons, finite too, widens the layout and can change the BLAS kernel and so last bits.)"""
     if stable and step_mode == "blocks":
         pytest.skip("the grouped stepper has its own blocks")
+    if stable == "gram":
+        if step_mode != "torch":
+            pytest.skip("the torch path's Gram groups")
+        monkeypatch.setattr(gram, "MIN_POINTS_X_DIM", 0)
+        monkeypatch.setattr(gram, "MIN_SAVED_OPS", {"cpu": 0.0, "cuda": 0.0})
     tr = make_trial(scheme, d, m, 0)
     specs = [RunSpec(tr, 4.0**e, f"e{e}") for e in (0, -3, -6)] + [RunSpec(tr, 4.0**-3, "bad")]
+    order = [3, 0, 1, 2] if stable == "gram" else [0, 1, 2, 3]  # the bad run's position in the batch
+    specs = [specs[i] for i in order]
+    bad_at = order.index(3)
+    good_at = [i for i in range(4) if i != bad_at]
     c = TrainConfig(device="cpu").convention
-    stepper = make_stepper("fast", StepRule.of(c), "cpu", stable)
+    stepper = make_stepper("fast", StepRule.of(c), "cpu", bool(stable))
     b = Batch.from_specs(specs, CPU)
     t = 0
     for n in [1, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]:
@@ -166,19 +179,19 @@ def test_steppers_survive_a_run_going_nonfinite_mid_chunk(step_mode, d, m, schem
         stepper.advance(b, t, n)
         t += n
     ref = b.take(torch.arange(4))
-    b.W[3] *= scale
-    b.a[3] *= scale
+    b.W[bad_at] *= scale
+    b.a[bad_at] *= scale
     assert bool(torch.isfinite(b.W).all() and torch.isfinite(b.a).all())
     bad = b.take(torch.arange(4))
     for bb in (ref, bad):
         stepper.advance(bb, t, 2048)
     loss = objective(bad, bad.X, bad.y, c.kappa)
-    assert nonfinite_runs(loss, bad.W, bad.a).tolist() == [False, False, False, True]
+    assert nonfinite_runs(loss, bad.W, bad.a).tolist() == [i == bad_at for i in range(4)]
     if stable:
-        torch.testing.assert_close(bad.W[:3], ref.W[:3], rtol=1e-12, atol=1e-14)
-        torch.testing.assert_close(bad.a[:3], ref.a[:3], rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(bad.W[good_at], ref.W[good_at], rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(bad.a[good_at], ref.a[good_at], rtol=1e-12, atol=1e-14)
     else:
-        assert torch.equal(bad.W[:3], ref.W[:3]) and torch.equal(bad.a[:3], ref.a[:3])
+        assert torch.equal(bad.W[good_at], ref.W[good_at]) and torch.equal(bad.a[good_at], ref.a[good_at])
 
 
 def _strict_json(path: Path) -> dict:

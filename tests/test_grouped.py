@@ -621,3 +621,40 @@ def test_torch_step_ab_benchmark(kernel, rich_late_state, tmp_path, capsys):
     with pytest.raises(SystemExit, match="no-such-revision"):
         mod.main(["no-such-revision", "/nonexistent", "1", "1"])
     assert mod.main([]) == 2 and "Usage" in capsys.readouterr().out
+
+
+def test_a_diverged_run_does_not_reach_the_others_on_the_torch_path(kernel, monkeypatch):
+    """Torch path with Gram groups: the rows a dataset's runs share in the n-mask products (the
+    Gram groups' members' zero-pattern row, the padding rows: their share of h goes to the
+    dataset's first slot, their direction is read by every Gram member) carry exact zeros even
+    when one run's residual is NaN and its members' a are inf — the first slot's run or another —
+    so the other runs' h, weights and a after a step are bit for bit those of a step without the
+    diverged run's values."""
+    if kernel != "torch" or gram.MIN_POINTS_X_DIM != 0:
+        pytest.skip("the torch path's Gram groups (once: in the torch-gram variant)")
+    monkeypatch.setattr(group_choice, "SAFETY", 0.0)
+    tr = make_trial("centred", 8, 40, 5)
+    base = light_batch([RunSpec(tr, 4.0**e, f"{e}") for e in (-3, -4, -5)], torch.device("cpu"))
+
+    def one_step(bad: int | None):
+        pc = _piece(base.take(torch.arange(3)))
+        gs, fs = pc.groups, pc.fs
+        assert fs.slot_run.tolist()[:3] == [0, 1, 2] and gs.gram is not None
+        assert set(gs.slot[gs.gid][gs.gram.parts[0].members].tolist()) == {0, 1, 2}  # Gram members in every run
+        r = torch.linspace(-1.0, 1.0, fs.y.numel(), dtype=fs.y.dtype).view_as(fs.y).clone()
+        if bad is not None:
+            r[bad] = float("nan")
+            gs.a[gs.slot[gs.gid] == bad] = float("inf")
+        out = torch.empty_like(fs.y)
+        gs.h(out)
+        gs.update(r, torch.full((gs.N,), 1e-3, dtype=fs.y.dtype))
+        gs.sync()
+        return out, gs
+
+    out, gs = one_step(None)
+    for bad in (0, 1):  # the dataset's first slot (where the shared rows' h goes), another run
+        out_p, gs_p = one_step(bad)
+        rows, others = torch.arange(out.shape[0]) != bad, gs.slot[gs.gid] != bad
+        assert not torch.isfinite(out_p[bad]).all()  # the poison did land
+        assert torch.equal(out[rows], out_p[rows]), bad
+        assert torch.equal(gs.W[others], gs_p.W[others]) and torch.equal(gs.a[others], gs_p.a[others]), bad

@@ -187,8 +187,12 @@ class GroupSet:
         self.wide_idx = torch.nonzero(~which).flatten()
         self.flatpos = flat_all[self.wide_idx]
         P = S_ds * Gmax
-        self.S_pad = torch.zeros(P, self.n, dtype=dt, device=dev)
-        self.S_pad[self.flatpos] = self.S[self.wide_idx]
+        # off_pad: where a padded row's pattern is 0 — its share of h and its direction are set to 0 there
+        # rather than multiplied by 0, so that one run's inf/NaN cannot reach the other runs of its dataset
+        # through the rows they share (the Gram members' row, read by all; its and the padding rows'
+        # share of h, added to the dataset's first slot)
+        self.off_pad = torch.ones(P, self.n, dtype=torch.bool, device=dev)
+        self.off_pad[self.flatpos] = self.S[self.wide_idx] == 0
         self.slot_pad = (torch.arange(P, device=dev) // Gmax) * Q
         self.slot_pad[self.flatpos] = self.slot[self.wide_idx]
         self.u_pad = torch.zeros(P, self.d, dtype=dt, device=dev)
@@ -225,12 +229,12 @@ class GroupSet:
     # -- the torch step -------------------------------------------------------------------
     def h(self, out: torch.Tensor) -> None:
         """The groups' share of h (SQ, n) at the current state: Σ_k s_ki x_i·u_k (u_k summed into
-        its padded row; one product per dataset; the padding rows add exact zeros)."""
+        its padded row; one product per dataset; the padding rows add exact zeros, whatever u)."""
         S_ds = self.Xg.shape[0]
         self.u_pad.zero_()
         self.u_pad.index_add_(0, self.gid_pad, self.W * self.a[:, None])
         H = torch.bmm(self.u_pad.view(S_ds, self.Gmax, self.d), self.XgT).view(-1, self.n)
-        H.mul_(self.S_pad)
+        H.masked_fill_(self.off_pad, 0.0)
         out.zero_()
         out.index_add_(0, self.slot_pad, H)
         if self.gram is not None:
@@ -240,7 +244,7 @@ class GroupSet:
         """One step with residual r (SQ, n); coef_member (N,) = coef, or 0 for stopped runs.
         (Groups with uncertain points are Gram groups on the torch path.) The padding rows'
         directions are never used."""
-        V = self.S_pad * r[self.slot_pad]
+        V = r[self.slot_pad].masked_fill_(self.off_pad, 0.0)
         g = torch.bmm(V.view(self.Xg.shape[0], self.Gmax, self.n), self.Xg).view(-1, self.d)  # (S·Gmax, d)
         gg = g[self.gid_pad]  # (a Gram group's member: its zero row)
         ga = (self.W * gg).sum(-1)  # w_j·g_k with the old w_j
