@@ -33,7 +33,8 @@ MIN_POINTS_X_DIM = 1 << 18  # ... where n·d is at least this: the Gram step add
 # small n·d (a GPU step there is launch-bound, not arithmetic-bound) cost more than the products they save
 CHUNK_BYTES = 1 << 26  # K_P is formed for this many bytes of gathered X rows at a time
 # ... and Z and the weights at each block's end (setup, flush) for this many: cache-sized on the CPU (64 MiB
-# there ran 1.6-1.8x slower than a loop over the points; 4 MiB 1.3-1.6x faster than it, bench's d = 1024 state)
+# there ran 1.5-1.9x slower than a loop over the points, 4 MiB 1.1-2x faster than it: an ad-hoc probe on the
+# bench's d = 1024 state, two rounds, not kept)
 SYNC_CHUNK_BYTES = {"cpu": 1 << 22, "cuda": CHUNK_BYTES}
 # A layout takes Gram groups only where they save at least this many float64 operations per step (the
 # n-masks' 4·n·d per group against their 2·p² + 6·m·p, summed over the batch): each size class adds
