@@ -56,7 +56,7 @@ VIEWS = frozenset({"aten::view", "aten::slice", "aten::select", "aten::unsqueeze
 def ops_per_step(b: Batch, idx: torch.Tensor, t0: int, steps: int) -> dict[str, float]:
     """Top-level torch operations per step of :func:`timed` (the torch profiler's events without a
     parent): ``all``, and ``kernels`` without the views (``VIEWS``: no kernel on a GPU). On the torch
-    path (``SHALLOWRELU_KERNELS=torch``, what CUDA runs) each of the others is one kernel launch on a
+    path (``SHALLOWRELU_KERNELS=torch``, what CUDA runs) each of the others is about one kernel launch on a
     GPU: the count a step replayed from a CUDA graph pays for in launch latency, whatever its size."""
     from torch.profiler import ProfilerActivity, profile
 
