@@ -78,10 +78,10 @@ def run_layouts(b: Any) -> list[dict[str, Any]]:
                 distinct, members = pats, torch.zeros(0, dtype=torch.long)
             points = distinct.sum(-1)
             gram_ok = gram.choose(points, members, torch.zeros_like(points), n, d)
-            p, mm = points[gram_ok].to(torch.float64), members[gram_ok].to(torch.float64)
+            gram_ops = float(gram.step_ops(points[gram_ok], members[gram_ok]).sum())
             rows.append({"key": b.keys[r], "trial": t, "live": int(live.sum()), "patterns": int(distinct.shape[0]),
                          "pattern_points": int(points.sum()), "all_points": int((pre[q] > rnd[q]).all(-1).sum()),
-                         "gram_patterns": int(gram_ok.sum()), "gram_ops": float((2 * p * p + 6 * mm * p).sum()),
+                         "gram_patterns": int(gram_ok.sum()), "gram_ops": gram_ops,
                          "spectral_eligible": bool(ok[q]), "few_point_candidates": int(cand[q].sum())})
     return rows
 

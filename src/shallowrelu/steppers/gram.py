@@ -50,11 +50,17 @@ def applies(n: int, d: int) -> bool:
     return n * d >= MIN_POINTS_X_DIM
 
 
+def step_ops(points: torch.Tensor, members: torch.Tensor) -> torch.Tensor:
+    """Float64 operations per step of Gram groups of ``points`` points in all and ``members``
+    members each: 2·p² (K_P·v and v·K_P v) + 6·m·p (each member's a, Z and C)."""
+    p, m = points.to(torch.float64), members.to(torch.float64)
+    return 2.0 * p * p + 6.0 * m * p
+
+
 def saved_ops(points: torch.Tensor, members: torch.Tensor, uncertain: torch.Tensor, n: int, d: int) -> float:
     """Float64 operations per step that the groups :func:`choose` admits save against the n-masks."""
     ok = choose(points, members, uncertain, n, d)
-    q, m = (points + uncertain)[ok].to(torch.float64), members[ok].to(torch.float64)
-    return float((4.0 * n * d - 2.0 * q * q - 6.0 * m * q).sum())
+    return float((4.0 * n * d - step_ops((points + uncertain)[ok], members[ok])).sum())
 
 
 def worth(saved: float, device_type: str) -> bool:

@@ -45,18 +45,20 @@ PRODUCT_MIN_POINTS_X_DIM, PRODUCT_MIN_GROUPS = _product_thresholds()
 FlatGroup = tuple[int, torch.Tensor, torch.Tensor, "torch.Tensor | None"]  # (slot, neurons, pattern, uncertain points)
 
 
-def _gram_classes_last(flat: list[FlatGroup], n: int, d: int) -> list[FlatGroup]:
+def _gram_classes_last(flat: list[FlatGroup], n: int, d: int) -> tuple[list[FlatGroup], torch.Tensor]:
     """Torch path: the groups reordered (stably) so that the groups gram.choose admits come after
     the others, one size class after another (gram.size_class): each class's groups and members are
     then consecutive, so gram.GramGroups reads them as slices rather than gathers; the others keep
-    their order (sorted by slot), so their arithmetic is unchanged."""
+    their order (sorted by slot), so their arithmetic is unchanged. Also which of the reordered
+    groups gram.choose admits."""
     pats = torch.stack([p for _, _, p, _ in flat])
     counts = pats.sum(1)
     n_unc = torch.stack([torch.zeros_like(p) if u is None else u for _, _, p, u in flat]).sum(1)
     sizes = torch.tensor([int(c.numel()) for _, c, _, _ in flat], device=pats.device)
     ok = gram_groups.choose(counts, sizes, n_unc, n, d)
     key = torch.where(ok, 1 + gram_groups.size_class(counts + n_unc), 0).tolist()
-    return [flat[k] for k in sorted(range(len(flat)), key=key.__getitem__)]
+    order = sorted(range(len(flat)), key=key.__getitem__)
+    return [flat[k] for k in order], ok[torch.tensor(order, dtype=torch.long, device=ok.device)]
 
 
 class GroupSet:
@@ -82,8 +84,10 @@ class GroupSet:
         n, d, Q = fs.n, fs.d, fs.Q
         self.n, self.d, self.coef = n, d, coef
         flat = [(q, cols, pat, unc) for q, gs in enumerate(groups_by_slot) for cols, pat, unc in gs]
+        which = torch.zeros(len(flat), dtype=torch.bool, device=dev)  # the Gram groups (torch path)
         if gram and flat:
-            flat = _gram_classes_last(flat, n, d)
+            flat, which = _gram_classes_last(flat, n, d)
+            which = which.to(dev)
         self.G = G = len(flat)
         sizes = self._members(fs, flat)
         pats = (torch.stack([p.to(dev) for _, _, p, _ in flat]) if flat
@@ -96,12 +100,9 @@ class GroupSet:
         self._product_positions(fs, counts, n_unc, products)
         # torch path: the Gram groups apart (steppers/gram.py), the others ("wide") by n-mask products
         self.gram: gram_groups.GramSet | None = None
-        which = torch.zeros(G, dtype=torch.bool, device=dev)
-        if gram and G:
-            which = gram_groups.choose(counts, torch.tensor(sizes, device=dev), n_unc, n, d)
-            if bool(which.any()):
-                self.gram = gram_groups.GramSet(fs.Xg, Q, self.slot, self.pts_ptr, self.pts, self.gid, which,
-                                                self.unc_ptr, self.unc)
+        if bool(which.any()):
+            self.gram = gram_groups.GramSet(fs.Xg, Q, self.slot, self.pts_ptr, self.pts, self.gid, which,
+                                            self.unc_ptr, self.unc)
         assert not gram or bool(which[n_unc > 0].all()), "torch path: a group with uncertain points is a Gram group"
         self._wide_rows(fs, which)
         self.Xg, self.XgT = fs.Xg, fs.XgT
