@@ -96,18 +96,11 @@ def main(argv: list[str]) -> int:
     print(f"{ck}: iteration {t0:,}, {b.n_runs} runs, d = {b.X.shape[2]}, m = {b.W.shape[1]}: A = {names[0]}, "
           f"B = {names[1]}")
     checkpoint_bench.timed(b, idx, t0, 1024)  # compilation, SVDs
-    times: list[list[float]] = [[], []]
-    states = []
-    for _ in range(rounds):
-        for i, s in enumerate(settings):
-            with applied(s):
-                dt, p = checkpoint_bench.timed(b, idx, t0, K)
-            times[i].append(dt)
-            if len(states) < 2:
-                states.append(p)
-            print(f"{'AB'[i]}: {K} steps in {dt:7.2f} s, {K / dt:8.1f} it/s", flush=True)
+    by_name, after = checkpoint_bench.alternate({"A": lambda: applied(settings[0]), "B": lambda: applied(settings[1])},
+                                                b, idx, t0, K, rounds)
+    times = [by_name["A"], by_name["B"]]
     med = [statistics.median(t) for t in times]
-    diff = checkpoint_bench.differences(states[1], states[0])
+    diff = checkpoint_bench.differences(after["B"], after["A"])
     print(f"median A / median B: {med[0] / med[1]:.2f}x ({K / med[0]:.1f} vs {K / med[1]:.1f} it/s); max relative "
           f"difference W {diff['max_rel_diff_W']:.1e}, a {diff['max_rel_diff_a']:.1e}; "
           f"stops identical: {diff['stops_identical']}")

@@ -16,6 +16,7 @@ Usage: python benchmarks/torch_step_ab.py REV CHECKPOINT K ROUNDS [OUT.json]
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import statistics
@@ -102,15 +103,8 @@ def _run(rev: str, ck: Path, K: int, rounds: int, variants: dict[str, dict[str, 
             ops[name] = checkpoint_bench.ops_per_step(b, idx, t0, K)
         print(f"{name}: {ops[name]['kernels']:.1f} torch operations per step besides views "
               f"({ops[name]['all']:.1f} with them)", flush=True)
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    states = {}
-    for _ in range(rounds):
-        for name, mods in variants.items():
-            with variant(mods):
-                dt, p = checkpoint_bench.timed(b, idx, t0, K)
-            times[name].append(dt)
-            states.setdefault(name, p)
-            print(f"{name}: {K} steps in {dt:7.2f} s, {K / dt:8.1f} it/s", flush=True)
+    settings = {name: functools.partial(variant, mods) for name, mods in variants.items()}
+    times, states = checkpoint_bench.alternate(settings, b, idx, t0, K, rounds)
     med = {name: statistics.median(t) for name, t in times.items()}
     diff = checkpoint_bench.differences(states["tree"], states["rev"])
     print(f"median rev / median tree: {med['rev'] / med['tree']:.2f}x ({K / med['rev']:.1f} vs "

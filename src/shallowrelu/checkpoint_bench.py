@@ -9,6 +9,8 @@ Appendix G sweeps) would be stepped with the wrong rule (κ, learning rate, loss
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import torch
@@ -37,6 +39,23 @@ def timed(b: Batch, idx: torch.Tensor, t0: int, steps: int) -> tuple[float, Batc
     tic = time.perf_counter()
     s.advance(part, t0, steps)
     return time.perf_counter() - tic, part
+
+
+def alternate(settings: dict[str, Callable[[], AbstractContextManager]], b: Batch, idx: torch.Tensor, t0: int,
+              steps: int, rounds: int) -> tuple[dict[str, list[float]], dict[str, Batch]]:
+    """:func:`timed` under each setting (a name and a context manager's factory) in turn, for
+    ``rounds`` rounds (A, B, A, B, ...: a busy machine slows them alike), printing each time; the
+    seconds per setting and each setting's state after its first round."""
+    times: dict[str, list[float]] = {name: [] for name in settings}
+    states: dict[str, Batch] = {}
+    for _ in range(rounds):
+        for name, setting in settings.items():
+            with setting():
+                dt, p = timed(b, idx, t0, steps)
+            times[name].append(dt)
+            states.setdefault(name, p)
+            print(f"{name}: {steps} steps in {dt:7.2f} s, {steps / dt:8.1f} it/s", flush=True)
+    return times, states
 
 
 def differences(x: Batch, y: Batch) -> dict[str, float | bool]:
