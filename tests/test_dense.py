@@ -170,62 +170,6 @@ def test_trial_groups_and_layout_roundtrip():
     assert torch.equal(live, ~certainly_dead(W, b.run_X()))  # per trial = per run
 
 
-def test_graph_captures_are_one_at_a_time_on_their_warm_up_stream(monkeypatch):
-    """steppers.base.capture_graph (CUDA graphs of the dense and grouped steps), with torch's
-    streams and capture faked on the CPU: each capture warms up once on its own side stream and
-    is captured on that stream in the thread-local error mode, and captures from three threads
-    (jobs of one train-jobs process) never overlap."""
-    import contextlib
-    import threading
-    import time
-
-    from shallowrelu.steppers import base
-
-    active, overlaps, calls, warm = [], [], [], []
-    current = threading.local()
-
-    class FakeStream:
-        def wait_stream(self, other):
-            pass
-
-    @contextlib.contextmanager
-    def on(stream):
-        current.stream = stream
-        yield
-
-    class FakeCapture:
-        def __init__(self, graph, stream=None, capture_error_mode="global"):
-            calls.append((stream, capture_error_mode))
-
-        def __enter__(self):
-            if active:
-                overlaps.append(True)
-            active.append(1)
-
-        def __exit__(self, *exc):
-            active.pop()
-
-    monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: FakeStream())
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: FakeStream())
-    monkeypatch.setattr(torch.cuda, "stream", on)
-    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: object())
-    monkeypatch.setattr(torch.cuda, "graph", FakeCapture)
-    done = []
-
-    def job():
-        done.append(base.capture_graph(lambda: time.sleep(0.05), lambda: warm.append(current.stream), "cuda"))
-
-    threads = [threading.Thread(target=job) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(done) == 3 and not overlaps
-    assert len({id(s) for s in warm}) == 3
-    assert sorted(map(id, warm)) == sorted(id(s) for s, _ in calls)
-    assert all(mode == "thread_local" for _, mode in calls)
-
-
 @pytest.mark.parametrize("device", DEVICES)
 def test_jobs_in_threads_match_the_reference(device, monkeypatch):
     """runs.train_jobs_concurrently (train-jobs): three jobs of different sizes in threads — on

@@ -18,32 +18,8 @@ kernel doing a whole chunk per launch on CUDA at d ≤ 64). select.py chooses am
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
-
-import torch
-
-_CAPTURE_LOCK = threading.Lock()
-
-
-def capture_graph(fn: Callable[[], None], warmup: Callable[[], None], device: Any) -> Any:
-    """A CUDA graph of ``fn``'s kernels on ``device``. ``warmup()`` first runs on a fresh side
-    stream (cuBLAS workspaces, the caching allocator; the caller undoes its effect), then ``fn``
-    is captured on that stream. One capture at a time per process, erring only on the capturing
-    thread's unsafe calls: jobs in other threads (runs.train_jobs_concurrently) go on launching
-    and allocating on their own streams meanwhile, while a capture's start (a device-wide
-    synchronisation and cache release) never meets another capture."""
-    side = torch.cuda.Stream(device=device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        warmup()
-    torch.cuda.current_stream(device).wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with _CAPTURE_LOCK, torch.cuda.graph(g, stream=side, capture_error_mode="thread_local"):
-        fn()
-    return g
 
 
 @dataclass(frozen=True)

@@ -37,11 +37,12 @@ from typing import Any
 
 import torch
 
-from .base import StepRule, capture_graph
+from .base import StepRule
+from .capture import capture_graph
 
 ROUNDING_MARGIN = 4.0  # multiples of (d + 2)·u, u = 2^-53, in the dead-neuron test
 BLOCK_STEPS = 32  # steps per block without stop tests (one CUDA graph on CUDA)
-CPU_BLOCKS = False  # unchecked blocks also without CUDA graphs (tests switch this on)
+CPU_BLOCKS = False  # CUDA's way on the CPU: unchecked blocks, "graphs" by capture.py's stand-in (tests switch this on)
 H_BY_SELECTOR = False  # h by the selector product (CUDA's way) also on the CPU (tests switch this on)
 SHRINK_FRACTION = 0.85  # rebuild the layout when the live width falls below this share of it
 CPU_PART_BYTES = 1 << 18  # CPU: (columns × n) float64 buffer of one part ...
@@ -114,7 +115,7 @@ class FastStepper:
         self.kappa, self.lr, self.target = rule.kappa, rule.lr, rule.target
         self.dev, self.dtype = b.W.device, b.W.dtype
         self.keys = list(b.keys)
-        self.use_graphs = (self.dev.type == "cuda") if use_graphs is None else use_graphs
+        self.use_graphs = (self.dev.type == "cuda" or CPU_BLOCKS) if use_graphs is None else use_graphs
         self.blocks = (self.use_graphs or CPU_BLOCKS) if blocks is None else blocks
         self.selector = (self.dev.type == "cuda" or H_BY_SELECTOR) if selector is None else selector
         self.groups = groups if groups is not None else b.trial_groups()

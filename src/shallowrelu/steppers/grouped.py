@@ -51,7 +51,8 @@ import torch
 
 from .. import kernels, step_kernel
 from . import gram as gram_groups
-from .base import StepRule, capture_graph
+from .base import StepRule
+from .capture import capture_graph
 from .dense import FastStepper, certainly_dead
 from .group_choice import choose_groups
 from .group_set import GroupSet, torch_gram_layout
@@ -88,13 +89,6 @@ COUNTERS: dict[str, int] = {}  # diagnostics since import (see _count)
 def _count(**kw: int) -> None:
     for k, v in kw.items():
         COUNTERS[k] = COUNTERS.get(k, 0) + v
-
-
-class _EagerReplay:
-    """CPU stand-in for a captured CUDA graph (CPU_GRAPHS): ``replay`` runs the sub-block."""
-
-    def __init__(self, fn: Any):
-        self.replay = fn
 
 
 class _Piece:
@@ -241,15 +235,12 @@ class _Piece:
 
     def _capture(self) -> None:
         """Capture one full sub-block into a CUDA graph (CPU_GRAPHS on the CPU: a stand-in that
-        replays it eagerly, so that the tests run this logic). Called inside a block, after its
-        snapshot: the warm-up steps are undone. A failed capture warns and leaves graphs off."""
+        replays it eagerly and whose capture checks that the sub-block has no host
+        synchronisation, capture.py). Called inside a block, after its snapshot: the warm-up
+        (and the CPU's checked) steps are undone. A failed capture warns and leaves graphs off."""
         fs = self.fs
         try:
-            if fs.dev.type == "cuda":
-                self.graph = capture_graph(lambda: self._sub_block(BLOCK_STEPS), lambda: self._sub_block(2), fs.dev)
-            else:
-                self._sub_block(2)
-                self.graph = _EagerReplay(lambda: self._sub_block(BLOCK_STEPS))
+            self.graph = capture_graph(lambda: self._sub_block(BLOCK_STEPS), lambda: self._sub_block(2), fs.dev)
             self.captures += 1
         except RuntimeError as exc:  # pragma: no cover - depends on the CUDA stack
             warnings.warn(f"CUDA graph capture of the grouped step failed ({exc}); stepping without graphs",
