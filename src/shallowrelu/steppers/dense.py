@@ -6,9 +6,11 @@ What it changes, and why the iterates stay those of the reference (SPEC §1):
 
 * **Dead neurons leave the step.** A neuron j with w_j·x_i ≤ 0 for every training point has
   ∂L/∂w_j = 0 and ∂L/∂a_j = 0 exactly (relu'(0) = 0), so it never moves again and adds exactly
-  0 to h(x_i). At every logging point the neurons that are dead *with a rounding margin*
-  (max_i w_j·x_i < −4(d+2)·2⁻⁵³·max_i |x_i|·|w_j|, so any summation order of the dot
-  product agrees on the sign) are left out of the step; they still count in every
+  0 to h(x_i). The neurons that are dead *with a rounding margin* (max_i w_j·x_i <
+  −4(d+2)·2⁻⁵³·max_i |x_i|·|w_j|, so any summation order of the dot product agrees on the sign)
+  are left out of the layout when it is built, and it is built again at a chunk of ≥ 64 steps
+  once the live neurons fall below SHRINK_FRACTION of its columns (until then the newly dead
+  stay in the step with exact zero updates); they still count in every
   measurement, since the engine measures the full W. Each run's live neurons come first and
   the slots up to the batch's widest run are padded with that run's own dead neurons, which
   receive exact zero updates.
