@@ -146,6 +146,26 @@ def test_torch_path_blocks_replayed_from_a_graph(monkeypatch, counters, kernel, 
     assert counters["redone_blocks"] > 0 and counters["rebuilds"] > 0
 
 
+def test_a_layout_whose_blocks_stay_short_is_captured_too(monkeypatch, counters, kernel):
+    """A layout refreshed so often that its blocks never grow (here: always BLOCK_STEPS) still
+    has its sub-blocks captured once it has stepped GRAPH_AFTER_BLOCKS of them, and replays them
+    for the rest of the piece (before: only a block of GRAPH_AFTER_BLOCKS sub-blocks captured, so
+    such a layout stepped eagerly on CUDA throughout); the iterates stay the reference's."""
+    if kernel != "torch":
+        pytest.skip("graphs are the torch path's")
+    monkeypatch.setattr(grouped, "CPU_GRAPHS", True)
+    monkeypatch.setattr(grouped, "BLOCK_STEPS", 8)
+    monkeypatch.setattr(grouped, "MIN_STEPS", 1)
+    monkeypatch.setattr(grouped._Piece, "next_block", lambda self, ratio, growth, steps: grouped.BLOCK_STEPS)
+    trials = [make_trial("centred", 8, 40, 3), make_trial("uncentred", 8, 40, 4)]
+    specs = [RunSpec(tr, 4.0**e, f"{tr.scheme}{e}") for tr in trials for e in [0, -3, -8]]
+    cfg = TrainConfig(max_iters=3000, n_log=6, loss_target=1e-30, stable_phase="on")
+    for spec, res in zip(specs, train(specs, cfg, progress=False)):
+        _check(res, spec, 3000, 6, target=1e-30)
+    assert counters["graph_captures"] > 0
+    assert counters["graph_replays"] > 10 * counters["graph_captures"]
+
+
 @pytest.mark.parametrize("graphs, buckets", [(False, None), (True, None), (False, (1, 3, 128))])
 @pytest.mark.parametrize("device", DEVICES)
 def test_torch_gram_groups_match_the_reference(monkeypatch, counters, kernel, device, graphs, buckets):

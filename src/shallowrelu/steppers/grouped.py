@@ -67,7 +67,7 @@ MAX_BLOCK_STEPS = 8192  # blocks grow up to this while the bound grows slowly (s
 REFRESH_AT = 0.5  # refresh the margins once a neuron's bound reaches this share of its margin ...
 REFRESH_GROUPS_AT = 0.25  # ... those of the groups where some neuron's bound has reached this share
 GRAPHS = True  # torch path on CUDA: full blocks of BLOCK_STEPS steps replayed from one CUDA graph ...
-GRAPH_AFTER_BLOCKS = 4  # ... captured once a layout has survived to blocks this many BLOCK_STEPS long
+GRAPH_AFTER_BLOCKS = 4  # ... captured once a layout has stepped this many BLOCK_STEPS (blocks of any length)
 CPU_GRAPHS = False  # the same capture/replay logic on the CPU, replaying eagerly (tests switch this on)
 PARTS = True  # compiled path: runs stepped in parts of the batch (GroupedStepper.parts)
 TORCH_GRAM = True  # torch path: groups with few points step in pre-activation coordinates (steppers/gram.py)
@@ -131,6 +131,7 @@ class _Piece:
         self.cm = torch.empty(self.groups.N, dtype=fs.dtype, device=fs.dev)  # per-member coef of a block
         self.hit = torch.zeros(fs.y.shape[0], dtype=torch.bool, device=fs.dev)  # met the target in a block
         self.graph: Any = None  # the layout's buffers changed: capture again
+        self.stepped = 0  # steps of this layout (its graph is captured from GRAPH_AFTER_BLOCKS sub-blocks on)
         self.kernel = step_kernel.StepKernel(fs, self.groups, self.y0) if self.compiled else None
         self.group_neurons = self.groups.N
         self.product_groups = int((self.groups.dpos >= 0).sum())
@@ -207,12 +208,15 @@ class _Piece:
         """Torch path: ``steps`` steps without stop tests, in sub-blocks of BLOCK_STEPS (the last
         one shorter); ``hit`` marks the run slots whose objective fell below the target at some
         step. Full sub-blocks are replayed from a CUDA graph, captured once the layout has
-        survived to blocks of GRAPH_AFTER_BLOCKS sub-blocks (a layout rebuilt after a few steps
-        is not worth a capture); the graph's arithmetic is the eager step's."""
+        stepped GRAPH_AFTER_BLOCKS sub-blocks, in blocks of any length (a layout rebuilt after a
+        few steps is not worth a capture; one whose blocks stay short, refreshed often, is); the
+        graph's arithmetic is the eager step's."""
         self.fs._set_go()
         self.cm.copy_(self._coef_member())
-        if self.graphs and self.graph is None and steps >= GRAPH_AFTER_BLOCKS * BLOCK_STEPS:
+        if (self.graphs and self.graph is None and steps >= BLOCK_STEPS
+                and self.stepped >= GRAPH_AFTER_BLOCKS * BLOCK_STEPS):
             self._capture()
+        self.stepped += steps
         self.hit.zero_()
         full, rest = divmod(steps, BLOCK_STEPS)
         for _ in range(full):
