@@ -361,3 +361,22 @@ def test_companion_compiles(built, tmp_path):
     log = (root / "results/paper/build/companion.log").read_text(errors="replace")
     assert "Undefined control sequence" not in log
     assert "There were undefined references" not in log
+
+
+def test_compute_time_counts_a_training_process_once():
+    """Runs of one process (host and command line: a job's trials as one batch) share a clock:
+    its longest run's wall time, once; runs without a recorded process count per trial."""
+    from shallowrelu.report.provenance import batch_of, compute_time_s
+
+    rows = [("centred", 4, 200, s, e, w) for s, e, w in [(0, 0, 5.0), (0, -2, 7.0), (1, 0, 9.0), (1, -2, 8.0),
+                                                         (2, 0, 3.0), (2, -2, 4.0)]]
+    g = pd.DataFrame(rows, columns=["scheme", "d", "m", "seed", "lambda_exp", "wall_time_s"]).assign(
+        loss_convention="authors")
+    job = {"host": "h", "argv": ["train", "--seeds", "0", "1"]}
+    records = [{"_key": r[:5], "provenance": job} for r in rows if r[3] in (0, 1)] + [
+        {"_key": rows[4][:5], "provenance": {}}]
+    batches = {r["_key"]: b for r in records if (b := batch_of(r)) is not None}
+    assert len(set(batches.values())) == 1 and rows[4][:5] not in batches
+    trial = ["scheme", "d", "m", "seed", "loss_convention"]
+    assert compute_time_s(g, batches, trial) == 9.0 + 4.0  # the process's 9 s once; seed 2 alone: 4 s
+    assert compute_time_s(g, {}, trial) == 7.0 + 9.0 + 4.0  # nothing recorded: per trial

@@ -20,9 +20,10 @@ How M is computed here (:func:`measure_M`):
 * for fixed p the best q is exact: if the projection Π(p) of p onto the cone of the other
   generators (a non-negative least-squares problem) is nonzero, max_q cos∠(p, q) = ‖Π(p)‖/‖p‖
   attained at q = Π(p); if Π(p) = 0 (p lies in the polar cone, every cosine ≤ 0) the maximum
-  is attained at a generator, because q ↦ p·q/‖q‖ is then quasi-concave on the cone;
+  is attained at a generator: for q = Σ c_i g_i (c ≥ 0), p·q ≤ 0 and ‖q‖ ≤ Σ c_i‖g_i‖, so
+  p·q/‖q‖ is at most the average of the p·g_i/‖g_i‖ weighted by c_i‖g_i‖;
 * only p = Σ_{k∈K} b_k χ_k (b ≥ 0) is searched: every vertex b = e_k, the barycentre and
-  ``n_starts`` random Dirichlet points, each polished with bounded L-BFGS-B. The result is
+  ``n_starts`` random Dirichlet points, each polished with a bounded local optimiser (``_METHOD``). The result is
   a certified *lower* bound on M (the value is attained by the returned p, q); for M > 0
   the counterexample network is an independent, exact certificate of the sign. For M < 0 the
   sign rests on the search unless the sufficient condition of Theorem 8 (pairwise

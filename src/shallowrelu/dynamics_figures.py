@@ -122,7 +122,7 @@ def loss_angle_figure(hist: dict[str, np.ndarray], groups: Sequence[str] = ("pos
         ax1.plot([d.mid], [np.interp(d.mid, it, hist["loss"])], marker="v", color="tab:orange", ms=7, ls="none")
     ax1.set_yscale("log")
     ax1.set_ylabel(loss_label)
-    ax1.set_title("training loss (shaded: detected drops, one per saddle)")
+    ax1.set_title(f"training loss (shaded: {len(drops)} detected drop{'s' if len(drops) != 1 else ''})")
     for g in groups:
         ax2.plot(it[k], hist[f"max_angle_{g}_deg"][k], color=colours[g], label=f"max angle, {names[g]}")
     ax2.axhline(threshold_deg, color="grey", lw=0.8, ls=":", label=f"alignment threshold {threshold_deg:g}°")

@@ -97,7 +97,8 @@ def compare_all(inp: Inputs, th: Thresholds, cfg: VerdictConfig, figure_grids: d
         by_table=summarise(cmp, inp.reference, ["table"]), by_metric=summarise(ucmp, uref, ["metric"], overall=True),
         worst=worst_cells(ucmp, th.worst_n), endr=end_rule_comparison(inp.runs, ucmp, th, cfg), lossc=lossc,
         others=others, arcc=arccos_comparison(inp.runs, th),
-        prov=provenance_table(inp.runs_all, inp.reference, inp.records, figure_grids, inp.curve_rows),
+        prov=provenance_table(inp.runs_all, inp.reference, inp.records + inp.curve_records, figure_grids,
+                              inp.curve_rows),
         vers=versions_table(inp.records + inp.curve_records), cons=consistency(inp.cells, inp.runs, ucmp),
         stdconv=std_convention_table(ucmp, inp.runs, cfg))
 

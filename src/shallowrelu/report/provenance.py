@@ -34,12 +34,31 @@ def figure_of_runs(runs, reference, figure_grids: dict | None = None) -> list[li
     return out
 
 
+def batch_of(record: dict) -> str | None:
+    """The training process a run record came from (its host and command line: one batch, or a
+    train-jobs process of concurrent batches, whose runs share one clock), None if unrecorded."""
+    prov = record.get("provenance") or {}
+    argv = prov.get("argv")
+    return f"{prov.get('host', '')}|{' '.join(map(str, argv))}" if argv else None
+
+
+def compute_time_s(g, batches: dict, trial: list[str]) -> float:
+    """Wall time of the runs ``g``: each training process's longest ``wall_time_s`` (its runs'
+    clocks start together), summed over processes; runs without a recorded process count per
+    trial (one batch each, as when each job trains one trial)."""
+    keys = [tuple(x) for x in g[RUN_KEY].itertuples(index=False)]
+    trials = [tuple(x) for x in g[trial].itertuples(index=False)]
+    ids = [batches.get(k) or f"trial {t}" for k, t in zip(keys, trials)]
+    return float(g.assign(_process=ids).groupby("_process", sort=False)["wall_time_s"].max().sum())
+
+
 def provenance_table(runs_all, reference, records: list[dict], figure_grids: dict | None = None, curve_rows=None):
     """Per figure: runs, trials, total iterations, compute time, devices, commits (from run records).
 
-    Compute time: runs of one trial train as one batch whose clock starts once, so a trial's time is
-    the largest ``wall_time_s`` among its runs; a figure's time is the sum over its trials. A run
-    used by two figures counts in both; "all runs" counts each run once.
+    Compute time (:func:`compute_time_s`): the runs of one training process share one clock (a
+    job's trials train as one batch), so a process's time is the largest ``wall_time_s`` among
+    the figure's runs from it; a figure's time is the sum over processes. A run used by two
+    figures counts in both; "all runs" counts each run once.
     """
     import pandas as pd
 
@@ -54,13 +73,14 @@ def provenance_table(runs_all, reference, records: list[dict], figure_grids: dic
                                                               int(f.split()[1]) if f.startswith("Fig.") else 0, f))
     groups = [(f, df[df["figures"] == f]) for f in fig_order] + [("all runs", everything)]
     vers = {r["_key"]: json.dumps(r.get("provenance", {}).get("versions", {}), sort_keys=True) for r in records}
+    batches = {r["_key"]: b for r in records if (b := batch_of(r)) is not None}
     trial = ["scheme", "d", "m", "seed", "loss_convention"]
     for fig, g in groups:
         keys = [tuple(x) for x in g[RUN_KEY].itertuples(index=False)]
         v = sorted({vers[k] for k in keys if k in vers})
         rows.append({"figure": fig, "runs": len(g), "trials": int(g.groupby(trial).ngroups),
                      "total_iterations": int(g["iterations"].sum()),
-                     "compute_time_s": float(g.groupby(trial)["wall_time_s"].max().sum()),
+                     "compute_time_s": compute_time_s(g, batches, trial),
                      "runs_capped": int((g["stop_reason"].astype(str) == "max_iters").sum()),
                      "devices": "; ".join(sorted(set(g["device"].astype(str)))),
                      "git_commits": "; ".join(sorted(set(g["git_commit"].astype(str)))),
