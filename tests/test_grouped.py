@@ -206,7 +206,7 @@ def test_torch_gram_only_where_it_pays(monkeypatch, counters, kernel):
     the reference's."""
     if kernel != "torch" or gram.MIN_POINTS_X_DIM == 0:
         pytest.skip("the torch path's (once: the torch-gram variant is this one)")
-    assert gram.worth(5e9, "cuda") and not gram.worth(4e9, "cuda") and gram.worth(0.0, "mps")
+    assert gram.worth(3e9, "cuda") and not gram.worth(2.5e9, "cuda") and gram.worth(0.0, "mps")
     monkeypatch.setattr(gram, "MIN_POINTS_X_DIM", 0)
     monkeypatch.setitem(gram.MIN_SAVED_OPS, "cpu", 1e12)
     tr = make_trial("uncentred", 12, 40, 6)

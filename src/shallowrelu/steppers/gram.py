@@ -23,13 +23,14 @@ arithmetic is another basis: the iterates are the reference's to rounding, not b
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import torch
 
 BUCKETS = (16, 64, 128)  # Gram groups in size classes, each padded to its largest p (GramSet) ...
 MAX_POINTS = BUCKETS[-1]  # ... so a group with at most this many points ...
 # ... whose step in these coordinates (p² + 6·m·p for m members) costs less than its n-mask share (4·n·d),
-MIN_POINTS_X_DIM = 1 << 18  # ... where n·d is at least this: the Gram step adds ~15 kernels per step, which at
+MIN_POINTS_X_DIM = 1 << 18  # ... where n·d is at least this: the Gram step adds ~25-40 kernels per step, which at
 # small n·d (a GPU step there is launch-bound, not arithmetic-bound) cost more than the products they save
 CHUNK_BYTES = 1 << 26  # K_P is formed for this many bytes of gathered X rows at a time
 # ... and Z and the weights at each block's end (setup, flush) for this many: cache-sized on the CPU (64 MiB
@@ -37,12 +38,13 @@ CHUNK_BYTES = 1 << 26  # K_P is formed for this many bytes of gathered X rows at
 # bench's d = 1024 state, two rounds, not kept)
 SYNC_CHUNK_BYTES = {"cpu": 1 << 22, "cuda": CHUNK_BYTES}
 # A layout takes Gram groups only where they save at least this many float64 operations per step (the
-# n-masks' 4·n·d per group against their 2·p² + 6·m·p, summed over the batch): each size class adds
-# ~25 kernels per step (h 6, update 19: benchmarks/torch_step_ab.py counts them; ~40 before the
-# 2026-12-02 revision), ~2 µs each replayed from a CUDA graph (~5·10⁹ operations' time at half an H200's
-# peak for three classes, an estimate until benchmarks/gpu_check.sh's grouped_late vs grouped_late_masks;
-# 8·10⁹ with ~40), ~5 µs each eager on the CPU (~3·10⁷ at its ~50 GFLOP/s)
-MIN_SAVED_OPS = {"cuda": 5e9, "cpu": 3e7}
+# n-masks' 4·n·d per group against their 2·p² + 6·m·p, summed over the batch): the Gram step adds ~17
+# kernels per step plus ~8 per size class (GramSet; benchmarks/torch_step_ab.py counts them: ~41 for three
+# classes, ~75 before the classes shared their buffers, ~120 before the 2026-12-02 revisions), ~2 µs each
+# replayed from a CUDA graph (~3·10⁹ operations' time at half an H200's peak for three classes, an estimate
+# until benchmarks/gpu_check.sh's grouped_late vs grouped_late_masks; 5·10⁹ with ~75, 8·10⁹ with ~120),
+# ~5 µs each eager on the CPU (~3·10⁷ at its ~50 GFLOP/s)
+MIN_SAVED_OPS = {"cuda": 3e9, "cpu": 3e7}
 
 
 def applies(n: int, d: int) -> bool:
@@ -144,9 +146,8 @@ class GramGroups:
         self.Z = torch.zeros(Ng, P, dtype=dt, device=dev)
         self.C = torch.zeros_like(self.Z)
         self.umax = torch.zeros(Ng, dtype=dt, device=dev)
-        self.hz = torch.zeros(Gg, P, dtype=dt, device=dev)
-        self.act = self.mask.clone()  # the points that count at the current state (set by h, read by update)
-        self.certain_f = (real & ~self.uncertain).to(dt)  # act = certain_f + uncertain_f·[Z > 0]
+        self.kv = torch.zeros(Gg, P, dtype=dt, device=dev)  # K_P v of the current step
+        self.certain_f = (real & ~self.uncertain).to(dt)  # the points that count: certain_f + uncertain_f·[Z > 0]
         self.uncertain_f = self.uncertain.to(dt)
 
     def _member_chunks(self) -> Iterator[tuple[slice, torch.Tensor]]:
@@ -181,39 +182,31 @@ class GramGroups:
         keep = (Wm + um == Wm) & (Wm - um == Wm)
         Wm.copy_(torch.where(keep, Wm, Wm + acc))
 
-    def h(self, out: torch.Tensor, a: torch.Tensor) -> None:
-        """Add the groups' share Σ_j a_j relu(Z_ji) of h at their points to ``out`` (SQ, n) (Z_ji > 0
-        on the certain points, certified); ``act`` (Gg, P): 1 where a point counts at this state (an
-        uncertain one: its pre-activation > 0), which the same step's :meth:`update` reads (the
-        grouped step calls h, then update, from the same Z)."""
-        a_m = a[self.members, None]
+    # -- one size class's share of the step (GramSet.h and .update do the rest for all classes at once)
+    def h_part(self, hz: torch.Tensor, a_m: torch.Tensor) -> None:
+        """hz (Gg, P) = each group's Σ_j a_j Z_ji (its members' a: ``a_m``)."""
         if self.single:
-            torch.mul(self.Z, a_m, out=self.hz)
+            torch.mul(self.Z, a_m[:, None], out=hz)
         else:
-            self.hz.zero_()
-            self.hz.index_add_(0, self.zg, self.Z * a_m)
-        if self.has_uncertain:
-            zf = self.Z if self.single else self.Z[self.first]
-            torch.addcmul(self.certain_f, self.uncertain_f, (zf > 0).to(self.hz.dtype), out=self.act)
-            self.hz.mul_(self.act)
-        out.view(-1).index_add_(0, self.flat_at.view(-1), self.hz.view(-1))  # in group order, as row by row
+            hz.zero_()
+            hz.index_add_(0, self.zg, self.Z * a_m[:, None])
 
-    def update(self, r: torch.Tensor, a: torch.Tensor, coef_member: torch.Tensor, gsum: torch.Tensor) -> None:
-        """One step with residual r (SQ, n), after :meth:`h` at the same state: the members' a, Z, C,
-        umax; each group's ‖g_k‖ bound to gsum. (Dot products over the points as batched products:
-        fewer kernels per step than a product and a sum.)"""
-        v = torch.take(r, self.flat_at) * self.act  # the direction at t: its active points
-        kv = torch.bmm(self.K, v.unsqueeze(-1)).squeeze(-1)
-        s_abs = torch.bmm(v.abs().unsqueeze(1), self.xnorm.unsqueeze(-1)).view(-1)
-        vkv = torch.bmm(v.unsqueeze(1), kv.unsqueeze(-1)).view(-1)
-        gn = torch.addcmul(vkv.clamp_(min=0), self.unit * s_abs, s_abs).sqrt_()
-        gsum[self.groups].add_(gn)
-        vm, kvm, gnm = (v, kv, gn) if self.single else (v[self.zg], kv[self.zg], gn[self.zg])
-        am, cm = a[self.members], coef_member[self.members]
-        sc = am * cm  # with the old a_j
-        zv = torch.bmm(self.Z.unsqueeze(1), vm.unsqueeze(-1)).view(-1)  # w_j·g with the old w_j
-        am.addcmul_(zv, cm)
-        torch.maximum(self.umax, sc.abs() * gnm, out=self.umax)
+    def positive(self, pos: torch.Tensor) -> None:
+        """pos (Gg, P) = where the group's (first) member's tracked pre-activation is > 0."""
+        torch.gt(self.Z if self.single else self.Z[self.first], 0.0, out=pos)
+
+    def products(self, v: torch.Tensor, v_abs: torch.Tensor, s_abs: torch.Tensor, vkv: torch.Tensor) -> None:
+        """With the direction v (Gg, P) on the points: kv = K_P v, and per group Σ_i |v_i|·‖x_i‖ into
+        ``s_abs`` and vᵀK_P v into ``vkv`` (Gg,) (dot products as batched products)."""
+        torch.bmm(self.K, v.unsqueeze(-1), out=self.kv.unsqueeze(-1))
+        torch.bmm(v_abs.unsqueeze(1), self.xnorm.unsqueeze(-1), out=s_abs.view(-1, 1, 1))
+        torch.bmm(v.unsqueeze(1), self.kv.unsqueeze(-1), out=vkv.view(-1, 1, 1))
+
+    def coordinates(self, v: torch.Tensor, sc: torch.Tensor, zv: torch.Tensor) -> None:
+        """The members' zv = Z_j·v (w_j·g with the old w_j), then Z_j += sc_j·K_P v and C_j += sc_j·v
+        (``sc`` (Ng,) = c·a_j with the old a_j)."""
+        vm, kvm = (v, self.kv) if self.single else (v[self.zg], self.kv[self.zg])
+        torch.bmm(self.Z.unsqueeze(1), vm.unsqueeze(-1), out=zv.view(-1, 1, 1))
         self.Z.addcmul_(kvm, sc[:, None])
         self.C.addcmul_(vm, sc[:, None])
 
@@ -221,7 +214,11 @@ class GramGroups:
 class GramSet:
     """The Gram groups ``which`` in size classes (BUCKETS: points in all, certain and uncertain),
     each one GramGroups padded to its class's largest p — so that the many groups of a few points
-    do not carry the K_P of the largest (p² each). The same interface as GramGroups."""
+    do not carry the K_P of the largest (p² each). A step's work on K_P, Z and C is per class;
+    everything else (gathering the direction, the points that count, the ‖g_k‖ bounds, the
+    members' a and umax, the scatter into h) is one operation for all classes on flat buffers
+    that the classes' arrays are views of (the classes' groups and members are consecutive in the
+    GroupSet): ~8 operations per class and step plus ~17, against ~25 per class before."""
 
     def __init__(self, Xg: torch.Tensor, Q: int, slot: torch.Tensor, pts_ptr: torch.Tensor, pts: torch.Tensor,
                  gid: torch.Tensor, which: torch.Tensor, unc_ptr: torch.Tensor, unc: torch.Tensor):
@@ -232,6 +229,44 @@ class GramSet:
             if bool(sel.any()):
                 self.parts.append(GramGroups(Xg, Q, slot, pts_ptr, pts, gid, sel, unc_ptr, unc))
         self.size = int(which.sum())
+        self._flat(Xg.dtype, Xg.device)
+
+    def _flat(self, dt: torch.dtype, dev: torch.device) -> None:
+        """The buffers shared by the classes, and each class's views of them: (group, point) cells
+        (``cells``), groups and members (slices of the GroupSet's, consecutive across classes)."""
+        parts = self.parts
+        for x, y in zip(parts, parts[1:]):
+            assert x.groups.stop == y.groups.start and x.members.stop == y.members.start, \
+                "the classes' groups and members follow each other in the GroupSet"
+        self.groups = slice(parts[0].groups.start, parts[-1].groups.stop)
+        self.members = slice(parts[0].members.start, parts[-1].members.stop)
+        cat = torch.cat
+        self.flat_at = cat([g.flat_at.reshape(-1) for g in parts])
+        self.certain_f = cat([g.certain_f.reshape(-1) for g in parts])
+        self.uncertain_f = cat([g.uncertain_f.reshape(-1) for g in parts])
+        self.act = cat([g.mask.reshape(-1) for g in parts])  # the points that count at the state (h sets it)
+        self.has_uncertain = any(g.has_uncertain for g in parts)
+        self.unit = cat([g.unit for g in parts])
+        T = int(self.flat_at.numel())
+        G, N = self.groups.stop - self.groups.start, self.members.stop - self.members.start
+        self.v, self.v_abs, self.hz = (torch.zeros(T, dtype=dt, device=dev) for _ in range(3))
+        self.pos = torch.zeros(T, dtype=torch.bool, device=dev)
+        self.s_abs, self.vkv = torch.zeros(G, dtype=dt, device=dev), torch.zeros(G, dtype=dt, device=dev)
+        self.sc, self.zv, self.umax = (torch.zeros(N, dtype=dt, device=dev) for _ in range(3))
+        self.single = all(g.single for g in parts)
+        g0, m0 = self.groups.start, self.members.start
+        self.zg = cat([g.zg + (g.groups.start - g0) for g in parts])  # each member's group among all classes
+        self.views: list[_ClassViews] = []
+        off = 0
+        for g in parts:
+            cells = slice(off, off + g.flat_at.numel())
+            gs = slice(g.groups.start - g0, g.groups.stop - g0)
+            ms = slice(g.members.start - m0, g.members.stop - m0)
+            g.umax = self.umax[ms]  # flush reads it per class
+            shape = g.flat_at.shape
+            per_cell = (x[cells].view(shape) for x in (self.hz, self.pos, self.v, self.v_abs))
+            self.views.append(_ClassViews(g, ms, *per_cell, self.s_abs[gs], self.vkv[gs], self.sc[ms], self.zv[ms]))
+            off = cells.stop
 
     def setup(self, W: torch.Tensor) -> None:
         for g in self.parts:
@@ -242,9 +277,50 @@ class GramSet:
             g.flush(W)
 
     def h(self, out: torch.Tensor, a: torch.Tensor) -> None:
-        for g in self.parts:
-            g.h(out, a)
+        """Add the groups' share Σ_j a_j relu(Z_ji) of h at their points to ``out`` (SQ, n) (Z_ji > 0
+        on the certain points, certified); ``act``: 1 where a point counts at this state (an uncertain
+        one: its pre-activation > 0), which the same step's :meth:`update` reads (the grouped step
+        calls h, then update, from the same Z). The scatter adds class by class, group by group, in
+        the order of the per-class version."""
+        a_m = a[self.members]
+        for c in self.views:
+            c.g.h_part(c.hz, a_m[c.ms])
+        if self.has_uncertain:
+            for c in self.views:
+                if c.g.has_uncertain:  # elsewhere pos stays False and uncertain_f is 0
+                    c.g.positive(c.pos)
+            torch.addcmul(self.certain_f, self.uncertain_f, self.pos.to(self.hz.dtype), out=self.act)
+            self.hz.mul_(self.act)
+        out.view(-1).index_add_(0, self.flat_at, self.hz)
 
     def update(self, r: torch.Tensor, a: torch.Tensor, coef_member: torch.Tensor, gsum: torch.Tensor) -> None:
-        for g in self.parts:  # disjoint members and groups: the order does not matter
-            g.update(r, a, coef_member, gsum)
+        """One step with residual r (SQ, n), after :meth:`h` at the same state: the members' a, Z, C,
+        umax; each group's ‖g_k‖ bound to gsum."""
+        torch.take(r, self.flat_at, out=self.v).mul_(self.act)  # the direction at t: its active points
+        torch.abs(self.v, out=self.v_abs)
+        for c in self.views:
+            c.g.products(c.v, c.v_abs, c.s_abs, c.vkv)
+        gn = torch.addcmul(self.vkv.clamp_(min=0), self.unit * self.s_abs, self.s_abs).sqrt_()
+        gsum[self.groups].add_(gn)
+        am, cm = a[self.members], coef_member[self.members]
+        torch.mul(am, cm, out=self.sc)  # with the old a_j
+        for c in self.views:
+            c.g.coordinates(c.v, c.sc, c.zv)
+        am.addcmul_(self.zv, cm)
+        torch.maximum(self.umax, self.sc.abs() * (gn if self.single else gn[self.zg]), out=self.umax)
+
+
+class _ClassViews(NamedTuple):
+    """A size class and its views of GramSet's flat buffers: members ``ms``; per (group, point)
+    hz, pos, v, v_abs; per group s_abs, vkv; per member sc, zv."""
+
+    g: GramGroups
+    ms: slice
+    hz: torch.Tensor
+    pos: torch.Tensor
+    v: torch.Tensor
+    v_abs: torch.Tensor
+    s_abs: torch.Tensor
+    vkv: torch.Tensor
+    sc: torch.Tensor
+    zv: torch.Tensor
