@@ -30,7 +30,9 @@ def test_grouped_without_graphs_is_timed_beside_it(tmp_path, monkeypatch):
     """The ``grouped_late_eager`` and ``grouped_late_masks`` variants (CUDA only; forced here on the
     CPU, where the torch path's graphs are CPU_GRAPHS' eager stand-in, with Gram groups at any size)
     are recorded next to ``grouped_late``; the masks variant steps without Gram groups, the default
-    one with them, and the setting is restored."""
+    one with them, and the setting is restored; the record's counters say what each did (the
+    eager variant replays no graph, also with the spectral stepper in front of the grouped one,
+    as on the CPU: it used to set the flag on the spectral stepper and replay anyway)."""
     from shallowrelu import bench, kernels
     from shallowrelu.steppers import gram, grouped
 
@@ -46,8 +48,12 @@ def test_grouped_without_graphs_is_timed_beside_it(tmp_path, monkeypatch):
     monkeypatch.setattr(grouped._Piece, "_build", lambda self, t: seen.append(grouped.TORCH_GRAM) or build(self, t))
     out = tmp_path / "bench.json"
     assert main(TINY + ["--late-min-steps", "2048", "--out", str(out)]) == 0
-    rates = json.loads(out.read_text())["results"][0]["run_iterations_per_s"]
+    res = json.loads(out.read_text())["results"][0]
+    rates = res["run_iterations_per_s"]
     assert rates["grouped_late_eager"] > 0 and rates["grouped_late"] > 0 and rates["grouped_late_masks"] > 0
+    did = res["grouped_counters_late"]  # what each variant's timed calls did: graphs, Gram groups
+    assert did["grouped_late"]["graph_replays"] > 0 and did["grouped_late_eager"].get("graph_replays", 0) == 0
+    assert did["grouped_late"]["torch_gram_groups"] > 0 and did["grouped_late_masks"].get("torch_gram_groups", 0) == 0
     assert grouped.COUNTERS.get("graph_replays", 0) > 0  # the grouped variant replayed (the eager one: never)
     assert grouped.COUNTERS.get("torch_gram_groups", 0) > 0 and False in seen and grouped.TORCH_GRAM
 

@@ -200,6 +200,7 @@ def _variants(b, rule, kinds: list[str]):
     (steppers/fused.py: the Triton kernel, timed on CUDA where d ≤ 64)."""
     from .kernels import kernel_choice
     from .steppers.select import make_stepper
+    from .steppers.spectral import SpectralStepper
 
     out = {}
     for kind in kinds:
@@ -207,18 +208,22 @@ def _variants(b, rule, kinds: list[str]):
         with kernel_choice("torch") if torch_step else nullcontext():
             st = fused.FusedStepper(rule) if kind == "fused" else make_stepper(
                 "reference" if kind == "reference" else "fast", rule, b.W.device.type, kind.startswith("grouped"))
-        if kind == "grouped_eager":
-            st.graphs = False
+        if kind == "grouped_eager":  # the grouped stepper itself (the spectral one, where on, wraps it)
+            (st.fallback if isinstance(st, SpectralStepper) else st).graphs = False
         out[kind] = (st, _clone(b), torch_step)
     return out
 
 
 def _time_steppers(variants, dev, seconds: float, repeats: int, R: int, t0: int,
-                   grouped_min_steps: int = 0) -> dict[str, list[float]]:
+                   grouped_min_steps: int = 0, counters: dict[str, dict[str, int]] | None = None
+                   ) -> dict[str, list[float]]:
     """Run-iterations/s of each stepper variant, alternating between them ``repeats`` times; the
     grouped stepper (compiled where numba is; not the ``grouped_torch`` diagnostic, whose calls
-    would take minutes at d = 1024) advances at least ``grouped_min_steps`` steps per timed call."""
+    would take minutes at d = 1024) advances at least ``grouped_min_steps`` steps per timed call.
+    ``counters``: filled with each variant's grouped-stepper counters over its timed calls
+    (steppers.grouped.COUNTERS: layouts, Gram groups, CUDA graph captures and replays …)."""
     from .kernels import kernel_choice
+    from .steppers import grouped
     from .steppers.grouped import MIN_STEPS
 
     def fn(kind):
@@ -239,9 +244,15 @@ def _time_steppers(variants, dev, seconds: float, repeats: int, R: int, t0: int,
         least = max(MIN_STEPS, grouped_min_steps if kind in ("grouped", "grouped_eager", "grouped_masks") else 0)
         counts[kind] = max(least, _calibrate(fn(kind), 1e-4, seconds, dev, hi=10**6))
     times: dict[str, list[float]] = {k: [] for k in variants}
+    seen: dict[str, dict[str, int]] = {k: {} for k in variants}
     for _ in range(repeats):
         for kind in variants:
+            before = dict(grouped.COUNTERS)
             times[kind].append(R * counts[kind] / timed(fn(kind)(counts[kind]), dev))
+            for key, v in grouped.COUNTERS.items():
+                seen[kind][key] = seen[kind].get(key, 0) + v - before.get(key, 0)
+    if counters is not None:
+        counters.update({k: c for k, c in seen.items() if any(c.values())})
     return times
 
 
@@ -340,8 +351,11 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
     late_kinds = ["dense", "grouped"] + (["dense_torch", "grouped_torch"] if both else []) + (
         ["fused"] if fuse else []) + (["grouped_eager"] if _time_eager(dev, d) else []) + (
         ["grouped_masks"] if _time_masks(dev, d) else [])
-    t_late = _time_steppers(_variants(b_late, never, late_kinds), dev, seconds, repeats, R, warmup, late_min_steps)
-    times.update({"_late_".join(k.split("_", 1)) if "_" in k else f"{k}_late": v for k, v in t_late.items()})
+    late_counters: dict[str, dict[str, int]] = {}
+    t_late = _time_steppers(_variants(b_late, never, late_kinds), dev, seconds, repeats, R, warmup, late_min_steps,
+                            late_counters)
+    late_name = {k: "_late_".join(k.split("_", 1)) if "_" in k else f"{k}_late" for k in t_late}
+    times.update({late_name[k]: v for k, v in t_late.items()})
     if still and len(still) < R:  # the runs a real job still trains after the warm-up
         sub = b_late.take(torch.tensor(still, dtype=torch.long, device=dev))
         t_tr = _time_steppers(_variants(sub, never, ["dense", "grouped"] + (["fused"] if fuse else [])), dev,
@@ -357,6 +371,7 @@ def bench_dim(d: int, m: int, exps: list[int], seeds: int, dev: torch.device, se
         "warmup_iters": warmup, "warmup_s": warm_s, "runs_still_training_after_warmup": len(still),
         "late_min_steps": late_min_steps, "e2e_iters": e2e_iters,
         "kernels": "numba" if both else "torch", "end_to_end": e2e,
+        "grouped_counters_late": {late_name[k]: c for k, c in late_counters.items()},
     }
     if fused_error:
         out["fused_error"] = fused_error
