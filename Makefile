@@ -6,19 +6,22 @@ BIN := $(VENV)/bin
 CORES ?= 2
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup run test lint paper clean-results
+.PHONY: help setup run test lint clean-results
 
 help:
 	@echo "make run     set up .venv and run the default workflow (snakemake --cores $(CORES))"
 	@echo "make test    set up .venv and run the test suite"
 	@echo "make lint    ruff + snakemake --lint"
 	@echo "make setup   only create .venv with pinned packages (requirements.txt)"
+	@echo "make clean-results   delete the generated results/ folders (snakemake rebuilds them)"
 
 $(STAMP): pyproject.toml requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	# torch first, from the CPU wheel pinned here, so that no CUDA build is fetched
-	$(BIN)/pip install --quiet "torch==$$(sed -n 's/^torch==//p' requirements.txt)"
+	# torch first, at the version pinned in requirements.txt, so that the next line finds it installed;
+	# on a CPU-only Linux machine set TORCH_INDEX=https://download.pytorch.org/whl/cpu to get the CPU
+	# build (PyPI's default Linux wheel is the multi-GB CUDA one)
+	$(BIN)/pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "torch==$$(sed -n 's/^torch==//p' requirements.txt)"
 	$(BIN)/pip install --quiet -r requirements.txt
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
@@ -36,4 +39,4 @@ lint: $(STAMP)
 	$(BIN)/snakemake --lint
 
 clean-results:
-	rm -rf results/runs results/tables results/figures results/notebooks results/logs
+	rm -rf results/runs results/tables results/figures results/notebooks results/logs results/paper

@@ -25,7 +25,7 @@
 #      operations per step each layout needs and the job's floor to the cap at the H200's peak rates.
 # Steps 2-4 are bounded by timeouts (80 + 120 + 75 + 200 s); the slices by BUDGET_S (default 505 s
 # from the start), the floor by 45 s: call it with timeout_s = 590. Dry run on a CPU machine:
-#   DEVICE=cpu SKIP_CHECKS=1 SLICE_S=10 bash benchmarks/gpu_check.sh
+#   DEVICE=cpu SKIP_CHECKS=1 SLICE_S=10 PYTHON=.venv/bin/python bash benchmarks/gpu_check.sh
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1
 OUT=${OUT:-/tmp/gpu_out}

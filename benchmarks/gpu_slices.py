@@ -1,4 +1,4 @@
-"""Real-job slices of the paper's Figs 7 + 8 grid (benchmarks/gpu_check.sh, step 4).
+"""Real-job slices of the paper's Figs 7 + 8 grid (benchmarks/gpu_check.sh, step 5).
 
 For every (d, m) of the grid, ``python -m shallowrelu train`` of 5 centred trials x 16 lambda
 (cap 2e7, the workflow's command) runs for ``--seconds`` and is stopped with SIGTERM (the engine

@@ -2,7 +2,9 @@
 config/evidence.yaml (``snakemake --configfile config/evidence.yaml``): what was run (trials,
 caps, stop reasons, git commits, compute), the report's consistency summaries (report.md), the
 std-convention evidence per (scheme, d), the cells the verdicts disagree on, and the cells issue 15
-named. Every number comes from the results' files; nothing is typed in.
+named. Every number comes from the results' files; nothing is typed in. Beside the page it writes
+``<stem>_cells.csv`` (every cell's numbers and verdict) and, where the results have one, copies
+their Fig 7 as ``<stem>_fig7.png``.
 
     python scripts/evidence_doc.py results_evidence docs/evidence/grid_d4_d16_d64_cap2e6.md
 """

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pandas as pd
 import pytest
@@ -252,6 +253,12 @@ def test_config_override_types_and_defaults():
     assert cfg["train"]["resources"]["slurm_partition"] == "123" and cfg["results_dir"] == "2024"
     with pytest.raises(ValueError, match="unknown config key 'x' in config.grid.fig7; allowed keys there: dims"):
         check_unknown_keys({"grid": {"fig7": {"x": 1}}}, schema)
+    for part, allowed in (("table", "bs, dims, xis"), ("scan", "bs, dims, min_norm, xis")):  # through $ref / defs
+        with pytest.raises(ValueError, match=f"'typo' in config.appendix_g.{part}; allowed keys there: {allowed}"):
+            check_unknown_keys({"appendix_g": {part: {"dims": [3], "xis": [0.5], "bs": [4.0], "typo": 1}}}, schema)
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({"appendix_g": {part: {"dims": [3], "xis": [0.5], "bs": [4.0], "typo": 1}}}, schema)
+    jsonschema.validate({"appendix_g": {"scan": {"dims": [3], "xis": [0.5], "bs": [4.0], "min_norm": False}}}, schema)
     for path in ("config/config.yaml", "config/paper.yaml", "config/tiny.yaml"):
         check_unknown_keys(yaml.safe_load((REPO / path).read_text()), schema)
 
