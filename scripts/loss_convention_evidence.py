@@ -11,13 +11,13 @@ over every λ both roots hold, the ratio of iterations the ``paper`` convention 
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from shallowrelu.aggregate import load_reference, load_runs
 from shallowrelu.io import atomic_write_text, lambda_tag, parse_lambda_tag
 from shallowrelu.verdicts import median_band
 
@@ -27,23 +27,20 @@ REFERENCE = Path(__file__).resolve().parents[1] / "data" / "reference_tables.csv
 
 
 def runs(root: Path, scheme: str, d: int, m: int) -> pd.DataFrame:
-    """One row per run summary under root/scheme/d{d}/m{m}: seed, λ exponent, stop, iterations,
-    the final metrics and (from the run's history) those at iteration 0."""
-    rows = []
-    for f in sorted((root / scheme / f"d{d}" / f"m{m}").glob("seed*/lam*.json")):
-        rec = json.loads(f.read_text())
+    """runs.csv's rows (aggregate.load_runs: the headline metrics, checked summaries, NaN for a
+    diverged run) of the run summaries under root/scheme/d{d}/m{m}, with the same metrics at
+    iteration 0 from each run's history (``init_<metric>``)."""
+    paths = sorted((root / scheme / f"d{d}" / f"m{m}").glob("seed*/lam*.json"))
+    if not paths:
+        raise ValueError(f"no run summaries under {root / scheme / f'd{d}' / f'm{m}'}")
+    init = []
+    for f in paths:
         hist = np.load(f.with_suffix(".npz"))
         if int(hist["history_iteration"][0]) != 0:
             raise ValueError(f"{f.with_suffix('.npz')}: the history does not start at iteration 0")
-        row = {"seed": int(f.parent.name[4:]), "lambda_exp": parse_lambda_tag(f.stem[3:]),
-               "stop": rec["stop_reason"], "iterations": int(rec["iterations"])}
-        for name, key in METRICS:
-            row[name] = float(rec["final"][key])
-            row[f"init_{name}"] = float(hist[f"history_{key}"][0])
-        rows.append(row)
-    if not rows:
-        raise ValueError(f"no run summaries under {root / scheme / f'd{d}' / f'm{m}'}")
-    return pd.DataFrame(rows)
+        init.append({"seed": int(f.parent.name[4:]), "lambda_exp": parse_lambda_tag(f.stem[3:]),
+                     **{f"init_{name}": float(hist[f"history_{key}"][0]) for name, key in METRICS}})
+    return load_runs(paths).merge(pd.DataFrame(init), on=["seed", "lambda_exp"], validate="one_to_one")
 
 
 def evidence(a: pd.DataFrame, p: pd.DataFrame, ref: pd.DataFrame, lam: int) -> str:
@@ -65,10 +62,10 @@ def evidence(a: pd.DataFrame, p: pd.DataFrame, ref: pd.DataFrame, lam: int) -> s
             mark = "" if lo <= ref[name] <= hi else " ✗"
             cells.append(f"{df[pre + name].median():.4g} [{lo:.4g}, {hi:.4g}]{mark}")
         out.append(f"| {label} | " + " | ".join(cells) + " |")
-    stops = {k: {s: int(c) for s, c in df.stop.value_counts().items()} for k, df in at.items()}
+    stops = {k: {s: int(c) for s, c in df.stop_reason.value_counts().items()} for k, df in at.items()}
     out += ["", f"✗: the paper's median outside the range. Stops: {stops}.", ""]
     pair = a.merge(p, on=["seed", "lambda_exp"], suffixes=("_a", "_p"))
-    both = pair[(pair.stop_a == "loss_target") & (pair.stop_p == "loss_target")]
+    both = pair[(pair.stop_reason_a == "loss_target") & (pair.stop_reason_p == "loss_target")]
     ratio = both.iterations_p / both.iterations_a
     lams = sorted(pair.lambda_exp.unique(), reverse=True)
     out.append(f"Iterations, `paper` over `authors`, run by run over λ = 4^{lams[0]} … 4^{lams[-1]} "
@@ -82,11 +79,11 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 2
     scheme, d, m, lam = argv[2], int(argv[3]), int(argv[4]), int(argv[5])
-    tables = pd.read_csv(REFERENCE)
-    sel = tables[(tables.scheme == scheme) & (tables.d == d) & (tables.m == m) & (tables.lambda_exp == lam)]
+    ref_all = load_reference(REFERENCE)  # one row per cell (a cell in two tables: the lower-numbered one's)
+    sel = ref_all[(ref_all.scheme == scheme) & (ref_all.d == d) & (ref_all.m == m) & (ref_all.lambda_exp == lam)]
     if sel.empty:
         raise ValueError(f"the paper's tables have no cell {scheme} d = {d}, m = {m}, λ = 4^{lam}")
-    ref = {name: float(sel[sel.metric == name]["median"].iloc[0]) for name, _ in METRICS}
+    ref = {name: float(sel[sel.metric == name]["paper_median"].iloc[0]) for name, _ in METRICS}
     page = evidence(runs(Path(argv[0]), scheme, d, m), runs(Path(argv[1]), scheme, d, m), ref, lam)
     print(page, end="")
     if len(argv) == 7:
