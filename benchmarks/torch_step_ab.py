@@ -1,119 +1,162 @@
 """The grouped stepper's torch path (what CUDA runs) at a git revision against the working tree, on a
-real training state, in one process: a job's checkpoint (``python -m shallowrelu train ...``
-stopped with SIGTERM writes ``.checkpoint-*.pkl`` under the job's output folder).
+real training state: a job's checkpoint (``python -m shallowrelu train ...`` stopped with SIGTERM
+writes ``.checkpoint-*.pkl`` under the job's output folder).
 
-The layout modules of revision REV (steppers/gram.py and steppers/group_set.py, read with
-``git show``; REV must have both) stand in for the working tree's while the "rev" variant steps:
-the rest of the stack is the working tree's. With ``SHALLOWRELU_KERNELS=torch`` (set here) every
-run of the checkpoint's batch is stepped K steps from the same state, rev, tree, rev, tree, ... for
-ROUNDS rounds on one thread; first, per variant, the top-level torch operations per step (views
-apart: each of the others is a kernel launch on a GPU, which a step replayed from a CUDA graph
-pays for in latency whatever its size; checkpoint_bench.ops_per_step). Prints each time, the ratio
-of the medians (rev's time over the tree's: > 1 means the tree is faster) and the largest relative
-difference of W and a between the two, and writes the record as JSON.
+Each variant runs in its own Python process on its own package: REV's ``src/shallowrelu`` (read with
+``git archive``; REV must have it, with ``checkpoint_bench``) or the working tree's, so a change
+anywhere in the stack (the layout's choice, its arrays, the step) is compared whole. With
+``SHALLOWRELU_KERNELS=torch`` (set for the workers) every run of the checkpoint's batch is stepped K
+steps from the same state, rev, tree, rev, tree, ... for ROUNDS rounds on one thread; first, per
+variant, the top-level torch operations per step and per layout build (views apart: each of the
+others is a kernel launch on a GPU, which a step replayed from a CUDA graph pays for in latency
+whatever its size; a build is eager; checkpoint_bench.ops_per_step) and the seconds per build (the
+median of BUILDS builds of the checkpoint's layout). Prints each time, the ratio of the medians
+(rev's time over the tree's: > 1 means the tree is faster) and the largest relative difference of W
+and a between the two, and writes the record as JSON.
 Usage: python benchmarks/torch_step_ab.py REV CHECKPOINT K ROUNDS [OUT.json]
 """
 
 from __future__ import annotations
 
-import functools
-import importlib.util
+import json
 import os
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+import time
+from io import BytesIO
 from pathlib import Path
-from types import ModuleType
-
-import torch
-
-from shallowrelu import checkpoint_bench, kernels
-from shallowrelu.io import atomic_write_json, provenance
-from shallowrelu.steppers import grouped
 
 REPO = Path(__file__).resolve().parents[1]
-MODULES = ("gram", "group_set")  # steppers/<name>.py, loaded from REV in this order
+BUILDS = 3  # layout builds timed per variant (their median)
 
 
-def load_revision(rev: str) -> dict[str, ModuleType]:
-    """REV's layout modules as modules of their own (group_set's Gram groups REV's gram); SystemExit
-    naming REV and the file where git cannot give them."""
-    mods: dict[str, ModuleType] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in MODULES:
-            path = f"src/shallowrelu/steppers/{name}.py"
-            out = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=REPO, capture_output=True, text=True)
-            if out.returncode != 0:
-                raise SystemExit(f"revision {rev!r} has no {path} (git: {out.stderr.strip()}); "
-                                 "REV must be a commit with steppers/gram.py and steppers/group_set.py")
-            file = Path(tmp) / f"{name}.py"
-            file.write_text(out.stdout)
-            spec = importlib.util.spec_from_file_location(f"shallowrelu.steppers._rev_{name}", file)
-            assert spec is not None and spec.loader is not None
-            mods[name] = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mods[name])
-    mods["group_set"].gram_groups = mods["gram"]
-    return mods
+def export_revision(rev: str, into: Path) -> Path:
+    """REV's ``src`` folder written under ``into``; SystemExit naming REV where git cannot give it."""
+    out = subprocess.run(["git", "archive", "--format=tar", rev, "src/shallowrelu"], cwd=REPO, capture_output=True)
+    if out.returncode != 0:
+        raise SystemExit(f"revision {rev!r} has no src/shallowrelu (git: {out.stderr.decode().strip()}); "
+                         "REV must be a commit of this repository")
+    with tarfile.open(fileobj=BytesIO(out.stdout)) as tar:
+        tar.extractall(into, filter="data")
+    if not (into / "src/shallowrelu/checkpoint_bench.py").exists():
+        raise SystemExit(f"revision {rev!r} has no src/shallowrelu/checkpoint_bench.py (the workers use it)")
+    return into / "src"
 
 
-@contextmanager
-def variant(mods: dict[str, ModuleType] | None) -> Iterator[None]:
-    """The grouped stepper with ``mods``' GroupSet and Gram layout choice (None: the working tree's)."""
-    tree = (grouped.GroupSet, grouped.torch_gram_layout)
-    if mods is not None:
-        grouped.GroupSet, grouped.torch_gram_layout = mods["group_set"].GroupSet, mods["group_set"].torch_gram_layout
-    try:
-        yield
-    finally:
-        grouped.GroupSet, grouped.torch_gram_layout = tree
+def worker(ck: str, K: int, first: bool, state_out: str) -> dict:
+    """In a variant's process: K steps of the checkpoint's batch timed (and, on the ``first`` round,
+    operations per step and per build, seconds per build); the state after saved to ``state_out``."""
+    import torch
+
+    from shallowrelu import checkpoint_bench
+    from shallowrelu.steppers import grouped
+
+    torch.set_num_threads(1)
+    b, t0 = checkpoint_bench.load(Path(ck))
+    idx = torch.arange(b.n_runs)
+    rec: dict = {"iteration": t0, "runs": b.n_runs, "d": int(b.X.shape[2]), "n": int(b.X.shape[1]),
+                 "m": int(b.W.shape[1]), "package": str(Path(checkpoint_bench.__file__).parents[1])}
+    checkpoint_bench.timed(b, idx, t0, min(K, 64))  # first-call costs outside the timing
+    if first:
+        rec["ops_per_step"] = checkpoint_bench.ops_per_step(b, idx, t0, K)
+        piece = grouped._Piece(b.take(idx), checkpoint_bench.RULE, compiled=False)
+        piece._build(t0)
+        rec["ops_per_build"] = _ops(lambda: piece._build(t0))
+        times = []
+        for _ in range(BUILDS):
+            tic = time.perf_counter()
+            piece._build(t0)
+            times.append(time.perf_counter() - tic)
+        rec["build_s"] = statistics.median(times)
+    dt, part = checkpoint_bench.timed(b, idx, t0, K)
+    rec["seconds"] = dt
+    torch.save({"W": part.W, "a": part.a, "stop_iter": part.stop_iter, "running": part.running}, state_out)
+    return rec
+
+
+def _ops(fn) -> dict[str, float]:
+    """Top-level torch operations of one call of ``fn`` (all; without views)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from shallowrelu.checkpoint_bench import VIEWS
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    top = [e.name for e in prof.events() if e.cpu_parent is None and e.name.startswith("aten::")]
+    return {"all": float(len(top)), "kernels": float(sum(n not in VIEWS for n in top))}
+
+
+def _run_variant(src: Path, ck: Path, K: int, first: bool, state_out: Path) -> dict:
+    """:func:`worker` in a fresh process importing the package from ``src``."""
+    env = {**os.environ, "PYTHONPATH": str(src), "SHALLOWRELU_KERNELS": "torch", "PYTHONDONTWRITEBYTECODE": "1"}
+    code = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import torch_step_ab as m; "
+            f"print('RESULT ' + json.dumps(m.worker({str(ck)!r}, {K}, {first}, {str(state_out)!r})))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
+    if out.returncode != 0 or not lines:
+        raise SystemExit(f"the worker on {src} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def differences(x: dict, y: dict) -> dict[str, float | bool]:
+    """The largest relative differences of W and a between two saved states (per run, Frobenius),
+    and whether their stops are identical."""
+    import torch
+
+    rel_W = float(((x["W"] - y["W"]).norm(dim=(1, 2)) / y["W"].norm(dim=(1, 2))).max())
+    rel_a = float(((x["a"] - y["a"]).norm(dim=1) / y["a"].norm(dim=1)).max())
+    same = bool(torch.equal(x["stop_iter"], y["stop_iter"]) and torch.equal(x["running"], y["running"]))
+    return {"max_rel_diff_W": rel_W, "max_rel_diff_a": rel_a, "stops_identical": same}
 
 
 def main(argv: list[str]) -> int:
     if len(argv) not in (4, 5):
         print(__doc__)
         return 2
-    rev, ck, K, rounds = argv[0], Path(argv[1]), int(argv[2]), int(argv[3])
-    variants = {"rev": load_revision(rev), "tree": None}
-    before = os.environ.get(kernels.ENV)
-    os.environ[kernels.ENV] = "torch"
-    try:
-        return _run(rev, ck, K, rounds, variants, argv[4] if len(argv) == 5 else None)
-    finally:
-        if before is None:
-            os.environ.pop(kernels.ENV, None)
-        else:
-            os.environ[kernels.ENV] = before
+    rev, ck, K, rounds = argv[0], Path(argv[1]).resolve(), int(argv[2]), int(argv[3])
+    out = argv[4] if len(argv) == 5 else None
+    with tempfile.TemporaryDirectory() as tmp:
+        srcs = {"rev": export_revision(rev, Path(tmp) / "rev"), "tree": REPO / "src"}
+        if not ck.is_file():
+            raise SystemExit(f"no checkpoint file {ck}")
+        return _run(rev, ck, K, rounds, srcs, Path(tmp), out)
 
 
-def _run(rev: str, ck: Path, K: int, rounds: int, variants: dict[str, dict[str, ModuleType] | None],
-         out: str | None) -> int:
-    torch.set_num_threads(1)
-    b, t0 = checkpoint_bench.load(ck)
-    idx = torch.arange(b.n_runs)
-    print(f"{ck}: iteration {t0:,}, {b.n_runs} runs, d = {b.X.shape[2]}, m = {b.W.shape[1]}; torch path, "
-          f"rev = {rev} against the working tree")
-    with variant(None):
-        checkpoint_bench.timed(b, idx, t0, min(K, 64))  # first-call costs outside the timing
-    ops = {}
-    for name, mods in variants.items():
-        with variant(mods):
-            ops[name] = checkpoint_bench.ops_per_step(b, idx, t0, K)
-        print(f"{name}: {ops[name]['kernels']:.1f} torch operations per step besides views "
-              f"({ops[name]['all']:.1f} with them)", flush=True)
-    settings = {name: functools.partial(variant, mods) for name, mods in variants.items()}
-    times, states = checkpoint_bench.alternate(settings, b, idx, t0, K, rounds)
+def _run(rev: str, ck: Path, K: int, rounds: int, srcs: dict[str, Path], tmp: Path, out: str | None) -> int:
+    import torch
+
+    from shallowrelu.io import atomic_write_json, provenance
+
+    times: dict[str, list[float]] = {name: [] for name in srcs}
+    firsts: dict[str, dict] = {}
+    for r in range(rounds):
+        for name, src in srcs.items():
+            rec = _run_variant(src, ck, K, r == 0, tmp / f"{name}.pt")
+            times[name].append(rec["seconds"])
+            if r == 0:
+                firsts[name] = rec
+                print(f"{ck}: iteration {rec['iteration']:,}, {rec['runs']} runs, d = {rec['d']}, m = {rec['m']}; "
+                      f"torch path; {name}: {rec['ops_per_step']['kernels']:.1f} torch operations per step besides "
+                      f"views ({rec['ops_per_step']['all']:.1f} with them), a layout build "
+                      f"{rec['ops_per_build']['kernels']:.0f} ({rec['ops_per_build']['all']:.0f}) in "
+                      f"{rec['build_s'] * 1e3:.1f} ms", flush=True)
+            print(f"{name}: {K} steps in {rec['seconds']:7.2f} s, {K / rec['seconds']:8.1f} it/s", flush=True)
+    diff = differences(*(torch.load(tmp / f"{name}.pt") for name in ("tree", "rev")))
     med = {name: statistics.median(t) for name, t in times.items()}
-    diff = checkpoint_bench.differences(states["tree"], states["rev"])
     print(f"median rev / median tree: {med['rev'] / med['tree']:.2f}x ({K / med['rev']:.1f} vs "
           f"{K / med['tree']:.1f} it/s); max relative difference W {diff['max_rel_diff_W']:.1e}, a "
           f"{diff['max_rel_diff_a']:.1e}; stops identical: {diff['stops_identical']}")
     if out is not None:
-        rec = {"checkpoint": str(ck), "iteration": t0, "d": int(b.X.shape[2]), "n": int(b.X.shape[1]),
-               "m": int(b.W.shape[1]), "runs": b.n_runs, "steps": K, "rounds": rounds, "rev": rev,
-               "ops_per_step": ops, "seconds": times, "median_rev_over_tree": med["rev"] / med["tree"],
+        f = firsts["tree"]
+        rec = {"checkpoint": str(ck), "iteration": f["iteration"], "d": f["d"], "n": f["n"], "m": f["m"],
+               "runs": f["runs"], "steps": K, "rounds": rounds, "rev": rev,
+               "ops_per_step": {name: firsts[name]["ops_per_step"] for name in srcs},
+               "ops_per_build": {name: firsts[name]["ops_per_build"] for name in srcs},
+               "build_s": {name: firsts[name]["build_s"] for name in srcs},
+               "seconds": times, "median_rev_over_tree": med["rev"] / med["tree"],
                "iterations_per_s_median": {name: K / t for name, t in med.items()}, **diff,
                "provenance": provenance("cpu")}
         atomic_write_json(out, rec)

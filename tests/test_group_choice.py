@@ -116,10 +116,65 @@ def test_choose_groups_matches_a_plain_per_run_choice():
     got, exact = group_choice.choose_groups(b, exclude, coef, 8, readmit)
     want, exact_ref = _choose_reference(b, exclude, coef, 8, readmit)
     assert torch.equal(exact, exact_ref)
-    norm = [[(c.tolist(), p.tolist(), None if u is None else u.tolist()) for c, p, u in run] for run in got]
-    assert norm == want
+    assert got.per_run(6) == want
     assert sum(len(c) > 1 for run in want for c, _, _ in run) > 3  # shared patterns
     assert sum(u is not None for run in want for *_, u in run) > 0  # and uncertain points
+
+
+def _random_groups(gen: torch.Generator, runs: int, n: int) -> list[list[tuple]]:
+    """Per run, a few groups (neuron indices, pattern, uncertain points or None) of random sizes."""
+    out = []
+    for _ in range(runs):
+        gs = []
+        for k in range(int(torch.randint(0, 4, (1,), generator=gen))):
+            size = 1 if k == 2 else int(torch.randint(1, 4, (1,), generator=gen))
+            unc = (torch.rand(n, generator=gen) < 0.3) if k == 2 else None
+            gs.append((torch.randint(0, 9, (size,), generator=gen), torch.rand(n, generator=gen) < 0.5, unc))
+        out.append(gs)
+    return out
+
+
+def test_the_flat_layout_keeps_each_groups_members_pattern_and_points():
+    """group_choice.Layout: of(per-run groups) → per_run gives them back; take reorders and
+    selects whole groups, members with their group; the empty layout."""
+    gen = torch.Generator().manual_seed(5)
+    n = 7
+    groups = _random_groups(gen, 5, n)
+    plain = [[(c.tolist(), p.tolist(), None if u is None else u.tolist()) for c, p, u in run] for run in groups]
+    lay = group_choice.Layout.of(groups, n)
+    assert lay.per_run(5) == plain and int(lay.ptr[-1]) == lay.neurons.numel()
+    G = lay.run.numel()
+    assert G > 6 and bool(lay.single.any()) and bool((lay.sizes > 1).any())
+    order = torch.randperm(G, generator=gen)[: G - 2]
+    sub = lay.take(order)
+    flat = [(r, g) for r, run in enumerate(plain) for g in run]
+    got = [g for run in sub.per_run(5) for g in run]
+    want = sorted((flat[k] for k in order.tolist()), key=lambda rg: rg[0])  # per_run lists by run, stably
+    assert got == [g for _, g in want]
+    empty = group_choice.Layout.of([[], []], n)
+    assert empty.run.numel() == 0 and empty.pattern.shape == (0, n)
+    assert empty.take(torch.zeros(0, dtype=torch.long)).per_run(2) == [[], []]
+
+
+def test_a_group_set_orders_a_layouts_groups_by_slot():
+    """Runs of two trials interleaved (run order ≠ slot order): the GroupSet's groups follow the
+    slots, each run's groups in the layout's order, each member at its run and neuron."""
+    from shallowrelu.steppers.dense import FastStepper
+    from shallowrelu.steppers.group_set import GroupSet
+
+    trials = [make_trial("centred", 8, 9, 0), make_trial("uncentred", 8, 9, 1)]
+    specs = [RunSpec(trials[k % 2], 4.0 ** -k, f"run{k}") for k in range(4)]  # trials 0, 1, 0, 1
+    b = light_batch(specs, torch.device("cpu"))
+    n = b.X.shape[1]
+    fs = FastStepper(b, StepRule(2.0, 0.01, -1.0), use_graphs=False, blocks=False, selector=False)
+    assert fs.slot_run[fs.real_slots].tolist() == [0, 2, 1, 3]
+    groups = _random_groups(torch.Generator().manual_seed(2), 4, n)
+    gs = GroupSet(fs, group_choice.Layout.of(groups, n), 1e-3)
+    want = [(r, c.tolist(), p.tolist()) for r in (0, 2, 1, 3) for c, p, _ in groups[r]]
+    got = [(int(fs.slot_run[gs.slot[k]]), gs._at[1][gs.mem[k]:gs.mem[k + 1]].tolist(), gs.S[k].bool().tolist())
+           for k in range(gs.G)]
+    assert got == want and gs.slot.tolist() == sorted(gs.slot.tolist())
+    assert gs._at[0].tolist() == [r for r, c, _ in want for _ in c]
 
 
 def test_parts_follow_the_l2_budget_and_leave_stopped_runs_out(monkeypatch):

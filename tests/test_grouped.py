@@ -250,20 +250,20 @@ def test_a_neuron_at_its_boundary_is_never_in_a_group():
     x0, x1 = b.X[0, 0], b.X[0, 1]
     b.W[0, 0] = x1 - (x1 @ x0) / (x0 @ x0) * x0  # orthogonal to x_0, positive on x_1
     assert abs(float(b.W[0, 0] @ x0)) < 1e-15
-    groups, exact = group_choice.choose_groups(b, torch.zeros(1, 6, dtype=torch.bool), 1e-3)
-    assert bool(exact[0, 0]) and all(0 not in cols.tolist() for cols, _, _ in groups[0])
+    layout, exact = group_choice.choose_groups(b, torch.zeros(1, 6, dtype=torch.bool), 1e-3)
+    assert bool(exact[0, 0]) and all(0 not in cols for cols, _, _ in layout.per_run(1)[0])
     fs = FastStepper(b, StepRule(2.0, 0.01, -1.0), use_graphs=False, blocks=False, selector=False)
     forced = [[(torch.tensor([0]), (b.W[0, 0] @ b.X[0].T) > 0, None)]]
-    gs = group_set.GroupSet(fs, forced, 1e-3)
+    gs = group_set.GroupSet(fs, group_choice.Layout.of(forced, b.X.shape[1]), 1e-3)
     gs.load(b.W, b.a)
     assert bool(gs.refresh()[0])
     # with uncertain points allowed (the compiled path), it is a one-neuron group whose point 0 is
     # computed exactly at every step: not in its certain pattern, not certified, not flagged
-    groups, exact = group_choice.choose_groups(b, torch.zeros(1, 6, dtype=torch.bool), 1e-3, uncertain=8)
-    (unc,) = [u for cols, _, u in groups[0] if cols.tolist() == [0]]
-    pat = [p for cols, p, _ in groups[0] if cols.tolist() == [0]][0]
-    assert not bool(exact[0, 0]) and bool(unc[0]) and not bool(pat[0])
-    gs = group_set.GroupSet(fs, [[g for g in groups[0] if g[0].tolist() == [0]]], 1e-3)
+    layout, exact = group_choice.choose_groups(b, torch.zeros(1, 6, dtype=torch.bool), 1e-3, uncertain=8)
+    (k,) = [k for k in range(layout.run.numel()) if layout.neurons[layout.ptr[k]:layout.ptr[k + 1]].tolist() == [0]]
+    unc, pat = layout.uncertain[k], layout.pattern[k]
+    assert not bool(exact[0, 0]) and bool(layout.single[k]) and bool(unc[0]) and not bool(pat[0])
+    gs = group_set.GroupSet(fs, layout.take(torch.tensor([k])), 1e-3)
     gs.load(b.W, b.a)
     assert not bool(gs.refresh()[0]) and gs.uncertain == int(unc.sum())
 
@@ -570,9 +570,9 @@ def test_one_neuron_groups_beyond_the_fixed_cap_match_the_reference(monkeypatch,
     most = [0]
 
     def recording(*args, **kw):
-        groups, exact = group_choice.choose_groups(*args, **kw)
-        most[0] = max([most[0]] + [int(u.sum()) for run in groups for _, _, u in run if u is not None])
-        return groups, exact
+        layout, exact = group_choice.choose_groups(*args, **kw)
+        most[0] = max([most[0]] + layout.uncertain.sum(1).tolist())
+        return layout, exact
 
     monkeypatch.setattr(grouped, "choose_groups", recording)
     trials = [make_trial("centred", 32, 40, 5), make_trial("uncentred", 32, 40, 6)]
@@ -613,33 +613,36 @@ def test_checkpoint_ab_benchmark(kernel, rich_late_state, tmp_path, monkeypatch,
 
 
 def test_torch_step_ab_benchmark(kernel, rich_late_state, tmp_path, capsys):
-    """benchmarks/torch_step_ab.py on a checkpoint file: the torch path's layout modules of a git
-    revision against the working tree's — its record (operations per step counted, rounds timed,
-    the states agreeing), the working tree's modules and the kernels' setting restored after, a
-    revision without the modules refused by name before any work."""
+    """benchmarks/torch_step_ab.py on a checkpoint file: a git revision's package against the working
+    tree's, each in its own process — its record (operations per step and per layout build counted,
+    rounds timed, the states agreeing), the kernels' setting of this process untouched, a revision
+    or checkpoint that is not there refused by name before any work."""
     import json
     import os
     import subprocess
 
     if kernel != "torch" or gram.MIN_POINTS_X_DIM != 0:
-        pytest.skip("the script steps the torch path (once: with the tree's Gram groups at any size)")
+        pytest.skip("the script steps the torch path in processes of its own: run once")
     repo = benchmark_scripts.REPO
-    have = subprocess.run(["git", "show", "HEAD:src/shallowrelu/steppers/group_set.py"], cwd=repo, capture_output=True)
+    have = subprocess.run(["git", "show", "HEAD:src/shallowrelu/checkpoint_bench.py"], cwd=repo, capture_output=True)
     if have.returncode != 0:
-        pytest.skip("needs a git checkout whose HEAD has steppers/group_set.py")
+        pytest.skip("needs a git checkout whose HEAD has src/shallowrelu/checkpoint_bench.py")
     specs, b = rich_late_state
     ck = benchmark_scripts.checkpoint(tmp_path / ".checkpoint-test.pkl", b, [s.key for s in specs], 20000)
     mod = benchmark_scripts.load("torch_step_ab")
-    tree = grouped.GroupSet
     env = os.environ.get(kernels.ENV)
     assert mod.main(["HEAD", str(ck), "128", "1", str(tmp_path / "rec.json")]) == 0
-    assert grouped.GroupSet is tree and os.environ.get(kernels.ENV) == env
+    assert os.environ.get(kernels.ENV) == env
     rec = json.loads((tmp_path / "rec.json").read_text())
     assert rec["iteration"] == 20000 and rec["stops_identical"] and rec["max_rel_diff_W"] < 1e-12
-    assert all(0 < rec["ops_per_step"][v]["kernels"] <= rec["ops_per_step"][v]["all"] for v in ("rev", "tree"))
+    for v in ("rev", "tree"):
+        assert 0 < rec["ops_per_step"][v]["kernels"] <= rec["ops_per_step"][v]["all"]
+        assert 0 < rec["ops_per_build"][v]["kernels"] <= rec["ops_per_build"][v]["all"] and rec["build_s"][v] > 0
     assert len(rec["seconds"]["rev"]) == len(rec["seconds"]["tree"]) == 1 and rec["rev"] == "HEAD"
     with pytest.raises(SystemExit, match="no-such-revision"):
         mod.main(["no-such-revision", "/nonexistent", "1", "1"])
+    with pytest.raises(SystemExit, match="nonexistent"):
+        mod.main(["HEAD", "/nonexistent", "1", "1"])
     assert mod.main([]) == 2 and "Usage" in capsys.readouterr().out
 
 

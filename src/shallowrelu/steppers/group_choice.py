@@ -9,7 +9,7 @@ one W·Xᵀ product per trial (:func:`choose_groups`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -31,7 +31,64 @@ def pattern_codes(pats: torch.Tensor) -> torch.Tensor:
     return (pats.to(torch.float64) @ weights).to(torch.int64)
 
 
-Groups = list[list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]]
+class Layout(NamedTuple):
+    """The groups of a batch in flat arrays (one tensor per field, not one per group, so that the
+    operations of a layout build — kernel launches on a GPU — do not grow with the groups). Per
+    group k: ``run`` (G,) its batch position, ``pattern`` (G, n) bool its certain points,
+    ``uncertain`` (G, n) bool its uncertain points (a one-neuron group's, else none), ``single``
+    (G,) whether it is a one-neuron group from choose_groups' second kind (with uncertain points,
+    or readmitted: the torch path keeps such a group only as a Gram group), ``ptr`` (G + 1,) the
+    range of its members in ``neurons`` (N,), their indices in the run."""
+
+    run: torch.Tensor
+    pattern: torch.Tensor
+    uncertain: torch.Tensor
+    single: torch.Tensor
+    ptr: torch.Tensor
+    neurons: torch.Tensor
+
+    @property
+    def sizes(self) -> torch.Tensor:
+        """(G,) members per group."""
+        return self.ptr[1:] - self.ptr[:-1]
+
+    def take(self, groups: torch.Tensor) -> Layout:
+        """The layout of the groups ``groups`` (indices, in that order), their members with them."""
+        sizes = self.sizes[groups]
+        ptr = torch.zeros(groups.numel() + 1, dtype=torch.long, device=self.ptr.device)
+        torch.cumsum(sizes, 0, out=ptr[1:])
+        # member t of the result: member (t − ptr[its group]) of old group groups[its group]
+        rows = torch.repeat_interleave(torch.arange(groups.numel(), device=sizes.device), sizes)
+        at = self.ptr[groups][rows] + torch.arange(int(ptr[-1]), device=sizes.device) - ptr[:-1][rows]
+        return Layout(self.run[groups], self.pattern[groups], self.uncertain[groups], self.single[groups], ptr,
+                      self.neurons[at])
+
+    def per_run(self, runs: int) -> list[list[tuple[list[int], list[bool], list[bool] | None]]]:
+        """Per run, its groups in order as plain lists (neurons, pattern, uncertain points or None
+        unless ``single``): for tests and inspection."""
+        out: list[list[tuple[list[int], list[bool], list[bool] | None]]] = [[] for _ in range(runs)]
+        ptr = self.ptr.tolist()
+        for k, (r, single) in enumerate(zip(self.run.tolist(), self.single.tolist())):
+            out[r].append((self.neurons[ptr[k]:ptr[k + 1]].tolist(), self.pattern[k].tolist(),
+                           self.uncertain[k].tolist() if single else None))
+        return out
+
+    @staticmethod
+    def of(groups: list[list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]], n: int,
+           device: torch.device | None = None) -> Layout:
+        """The layout of groups given per run as (neuron indices, pattern (n,) bool, uncertain
+        points (n,) bool or None): for tests."""
+        flat = [(r, cols, pat, unc) for r, gs in enumerate(groups) for cols, pat, unc in gs]
+        none = torch.zeros(n, dtype=torch.bool)
+        cols = [torch.as_tensor(c, dtype=torch.long).cpu().flatten() for _, c, _, _ in flat]
+        sizes = torch.tensor([int(c.numel()) for c in cols], dtype=torch.long)
+        lay = Layout(torch.tensor([r for r, *_ in flat], dtype=torch.long),
+                     torch.stack([p.cpu() for _, _, p, _ in flat] + [none])[:-1],
+                     torch.stack([none if u is None else u.cpu() for *_, u in flat] + [none])[:-1],
+                     torch.tensor([u is not None for *_, u in flat], dtype=torch.bool),
+                     torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)]),
+                     torch.cat(cols + [torch.zeros(0, dtype=torch.long)]))
+        return Layout(*(t.to(device) for t in lay)) if device is not None else lay
 
 
 def unique_rows(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,20 +132,21 @@ def _trial_stats(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Ten
 
 
 def choose_groups(b: Any, exclude: torch.Tensor, coef: float, uncertain: int = 0,
-                  readmit: torch.Tensor | None = None) -> tuple[Groups, torch.Tensor]:
+                  readmit: torch.Tensor | None = None) -> tuple[Layout, torch.Tensor]:
     """Groups and exact neurons of the batch ``b`` (batch.Batch).
 
     Per training run: the live neurons not in ``exclude`` (R, m) whose margin μ_j exceeds SAFETY ×
     the movement predicted for WINDOW_STEPS steps at the current rate, grouped by activation
-    pattern; patterns with at least MIN_GROUP_SIZE such neurons become groups, given as (neuron
-    indices, pattern (n,) bool, None). With ``uncertain`` > 0, each other such neuron whose margin
-    fails on at most that many *uncertain* points becomes a one-neuron group (neuron, pattern on
-    the certain points, uncertain points (n,) bool): its pre-activations there are computed
-    exactly at every step; so does each neuron of ``exclude`` that is also in ``readmit`` (R, m)
-    and has at most that many uncertain points (a neuron demoted once is stepped as a one-neuron
-    group with its points near the boundary computed exactly, not as an exact neuron: at d = 1024
-    an exact neuron costs two n·d products per step, as much as a whole rich run). Returns the
-    groups per run and the (R, m) mask of the other live neurons (exact)."""
+    pattern; patterns with at least MIN_GROUP_SIZE such neurons become groups. With ``uncertain`` >
+    0, each other such neuron whose margin fails on at most that many *uncertain* points becomes a
+    one-neuron group (its pattern on the certain points, and its uncertain points): its pre-
+    activations there are computed exactly at every step; so does each neuron of ``exclude`` that
+    is also in ``readmit`` (R, m) and has at most that many uncertain points (a neuron demoted once
+    is stepped as a one-neuron group with its points near the boundary computed exactly, not as an
+    exact neuron: at d = 1024 an exact neuron costs two n·d products per step, as much as a whole
+    rich run). Returns the groups (:class:`Layout`: by run; a run's pattern groups by member count,
+    descending, then pattern code, then its one-neuron groups by neuron) and the (R, m) mask of the
+    other live neurons (exact)."""
     W, a = b.W, b.a
     dev = W.device
     R, m, n = W.shape[0], W.shape[1], b.X.shape[1]
@@ -126,12 +184,18 @@ def choose_groups(b: Any, exclude: torch.Tensor, coef: float, uncertain: int = 0
     members = elig[torch.argsort(rank[pid[elig]], stable=True)]  # by group, then neuron
     in_group = torch.zeros(R * m, dtype=torch.bool, device=dev)
     in_group[members] = True
-    groups: Groups = [[] for _ in range(R)]
+    # the one-neuron groups with uncertain points after each run's pattern groups (a stable sort by run)
+    ones = torch.nonzero(single)
+    sr, sj = ones[:, 0], ones[:, 1]
+    sizes = torch.cat([counts[order], torch.ones_like(sr)])
+    ptr = torch.zeros(sizes.numel() + 1, dtype=torch.long, device=dev)
+    torch.cumsum(sizes, 0, out=ptr[1:])
     flat_pats = pats.view(R * m, n)
-    cols = torch.split(members % m, counts[order].tolist())
-    for r, c, pat in zip((first[order] // m).tolist(), cols, flat_pats[first[order]].unbind()):
-        groups[r].append((c, pat, None))
-    for r, j in torch.nonzero(single).tolist():  # one-neuron groups with uncertain points, after
-        groups[r].append((torch.tensor([j], device=dev), pats[r, j] & ~unc[r, j], unc[r, j]))
+    layout = Layout(torch.cat([first[order] // m, sr]),
+                    torch.cat([flat_pats[first[order]], pats[sr, sj] & ~unc[sr, sj]]),
+                    torch.cat([torch.zeros(order.numel(), n, dtype=torch.bool, device=dev), unc[sr, sj]]),
+                    torch.cat([torch.zeros(order.numel(), dtype=torch.bool, device=dev),
+                               torch.ones(sr.numel(), dtype=torch.bool, device=dev)]),
+                    ptr, torch.cat([members % m, sj]))
     in_group |= single.flatten()
-    return groups, live & ~in_group.view(R, m)
+    return layout.take(torch.argsort(layout.run, stable=True)), live & ~in_group.view(R, m)

@@ -18,7 +18,7 @@ import torch
 from .. import blas
 from . import gram as gram_groups
 from .dense import FastStepper, rounding_bound
-from .group_choice import Groups
+from .group_choice import Layout
 
 BOUND_SLACK = 1e-6  # relative slack on the accumulated movement bound (its own rounding)
 PRODUCT_POINTS_FRACTION = 0.25  # compiled path: groups with at least this share of the n points ...
@@ -42,30 +42,23 @@ def _product_thresholds() -> tuple[int, int]:
 PRODUCT_MIN_POINTS_X_DIM, PRODUCT_MIN_GROUPS = _product_thresholds()
 
 
-FlatGroup = tuple[int, torch.Tensor, torch.Tensor, "torch.Tensor | None"]  # (slot, neurons, pattern, uncertain points)
-
-
-def _gram_classes_last(flat: list[FlatGroup], n: int, d: int) -> tuple[list[FlatGroup], torch.Tensor]:
-    """Torch path: the groups reordered (stably) so that the groups gram.choose admits come after
+def _gram_classes_last(layout: Layout, n: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Torch path: an order of the groups (a stable sort) that puts those gram.choose admits after
     the others, one size class after another (gram.size_class): each class's groups and members are
     then consecutive, so gram.GramGroups reads them as slices rather than gathers; the others keep
     their order (sorted by slot), so their arithmetic is unchanged. Also which of the reordered
     groups gram.choose admits."""
-    pats = torch.stack([p for _, _, p, _ in flat])
-    counts = pats.sum(1)
-    n_unc = torch.stack([torch.zeros_like(p) if u is None else u for _, _, p, u in flat]).sum(1)
-    sizes = torch.tensor([int(c.numel()) for _, c, _, _ in flat], device=pats.device)
-    ok = gram_groups.choose(counts, sizes, n_unc, n, d)
-    key = torch.where(ok, 1 + gram_groups.size_class(counts + n_unc), 0).tolist()
-    order = sorted(range(len(flat)), key=key.__getitem__)
-    return [flat[k] for k in order], ok[torch.tensor(order, dtype=torch.long, device=ok.device)]
+    counts, n_unc = layout.pattern.sum(1), layout.uncertain.sum(1)
+    ok = gram_groups.choose(counts, layout.sizes, n_unc, n, d)
+    order = torch.argsort(torch.where(ok, 1 + gram_groups.size_class(counts + n_unc), 0), stable=True)
+    return order, ok[order]
 
 
 class GroupSet:
     """The groups of a dense layout's run slots (FastStepper ``fs``): members in flat arrays,
     sorted by group, groups sorted by slot (so by dataset; with ``gram``, the Gram groups after the
-    others, by size class: _gram_classes_last). ``groups_by_slot[q]`` lists the (neuron indices,
-    pattern, uncertain points or None) of slot q, whose neurons live at batch position ``fs.slot_run[q]``.
+    others, by size class: _gram_classes_last), from the groups of the batch's runs in ``layout``
+    (group_choice.Layout; a run without a real slot of ``fs`` is left out).
 
     Per group k: ``slot`` (G,), ``S`` (G, n) pattern as 0/1, ``pts_ptr``/``pts`` its points (CSR),
     ``mem`` (G + 1,) the range of its members, ``gsum`` Σ‖g_k‖ since the refresh, ``dpos`` its row
@@ -78,25 +71,29 @@ class GroupSet:
     products, in which a Gram group's members sit in a padded row of zero pattern (no share, no
     direction)."""
 
-    def __init__(self, fs: FastStepper, groups_by_slot: Groups, coef: float, products: bool = False,
+    def __init__(self, fs: FastStepper, layout: Layout, coef: float, products: bool = False,
                  gram: bool = False):
         dev, dt = fs.W.device, fs.W.dtype
         n, d, Q = fs.n, fs.d, fs.Q
         self.n, self.d, self.coef = n, d, coef
-        flat = [(q, cols, pat, unc) for q, gs in enumerate(groups_by_slot) for cols, pat, unc in gs]
-        which = torch.zeros(len(flat), dtype=torch.bool, device=dev)  # the Gram groups (torch path)
-        if gram and flat:
-            flat, which = _gram_classes_last(flat, n, d)
-            which = which.to(dev)
-        self.G = G = len(flat)
-        sizes = self._members(fs, flat)
-        pats = (torch.stack([p.to(dev) for _, _, p, _ in flat]) if flat
-                else torch.zeros(0, n, dtype=torch.bool, device=dev))
-        self.S = pats.to(dt)
-        counts = pats.sum(1)
+        layout = Layout(*(t.to(dev) for t in layout))
+        # each group's slot: its run's real slot; the groups sorted by it (stably: a run's own order kept)
+        slot_of_run = torch.full((len(fs.keys),), -1, dtype=torch.long, device=dev)  # per run of the batch
+        slot_of_run[fs.slot_run[fs.real_slots]] = fs.real_slots
+        slot = slot_of_run[layout.run]
+        kept = torch.nonzero(slot >= 0).flatten()
+        layout = layout.take(kept[torch.argsort(slot[kept], stable=True)])
+        which = torch.zeros(layout.run.numel(), dtype=torch.bool, device=dev)  # the Gram groups (torch path)
+        if gram and layout.run.numel():
+            order, which = _gram_classes_last(layout, n, d)
+            layout = layout.take(order)
+        self.G = G = layout.run.numel()
+        self._members(fs, layout, slot_of_run)
+        self.S = layout.pattern.to(dt)
+        counts = layout.pattern.sum(1)
         self.pts_ptr = torch.cat([torch.zeros(1, dtype=torch.long, device=dev), counts.cumsum(0)])
-        self.pts = torch.nonzero(pats)[:, 1].contiguous()
-        n_unc = self._uncertain([u for _, _, _, u in flat], sizes)
+        self.pts = torch.nonzero(layout.pattern)[:, 1].contiguous()
+        n_unc = self._uncertain(layout)
         self._product_positions(fs, counts, n_unc, products)
         # torch path: the Gram groups apart (steppers/gram.py), the others ("wide") by n-mask products
         self.gram: gram_groups.GramSet | None = None
@@ -117,31 +114,21 @@ class GroupSet:
         self.steps_since_refresh = torch.zeros(G, dtype=torch.long, device=dev)  # per group
         self.W_bak, self.a_bak = torch.empty_like(self.W), torch.empty_like(self.a)
 
-    def _members(self, fs: FastStepper, flat: list[FlatGroup]) -> list[int]:
-        """Groups' slots and member ranges, members' groups and (batch position, neuron); the sizes."""
-        dev = fs.W.device
-        slot_run = fs.slot_run.tolist()
-        sizes = [int(c.numel()) for _, c, _, _ in flat]
-        self.N = sum(sizes)
-        self.slot = torch.tensor([f[0] for f in flat], dtype=torch.long, device=dev)
-        self.mem = torch.tensor([0] + sizes, dtype=torch.long).cumsum(0).to(dev)
-        self.gid = torch.repeat_interleave(torch.arange(self.G, device=dev),
-                                           torch.tensor(sizes, dtype=torch.long, device=dev))
-        runs = [slot_run[q] for q, c, _, _ in flat for _ in range(int(c.numel()))]
-        neurons = [c.to(dev) for _, c, _, _ in flat] or [torch.zeros(0, dtype=torch.long, device=dev)]
-        self._at = (torch.tensor(runs, dtype=torch.long, device=dev), torch.cat(neurons))
-        return sizes
+    def _members(self, fs: FastStepper, layout: Layout, slot_of_run: torch.Tensor) -> None:
+        """Groups' slots and member ranges, members' groups and (batch position, neuron)."""
+        self.N = int(layout.ptr[-1])
+        self.slot = slot_of_run[layout.run]
+        self.mem = layout.ptr
+        self.gid = torch.repeat_interleave(torch.arange(self.G, device=self.mem.device), layout.sizes)
+        self._at = (layout.run[self.gid], layout.neurons)
 
-    def _uncertain(self, unc_of: list[torch.Tensor | None], sizes: list[int]) -> torch.Tensor:
+    def _uncertain(self, layout: Layout) -> torch.Tensor:
         """One-neuron groups' uncertain points (choose_groups; the compiled path's, the torch path's
         Gram groups'): flags ``U`` (G, n), CSR ``unc_ptr``/``unc``; returns their counts (G,)."""
         dev = self.slot.device
-        self.U = torch.zeros(self.G, self.n, dtype=torch.bool, device=dev)
-        for k, u in enumerate(unc_of):
-            if u is not None:
-                assert sizes[k] == 1, "a group with uncertain points has one neuron"
-                self.U[k] = u.to(dev)
+        self.U = layout.uncertain
         n_unc = self.U.sum(1)
+        assert bool((layout.sizes[n_unc > 0] == 1).all()), "a group with uncertain points has one neuron"
         self.uncertain = int(n_unc.sum())
         self.unc_ptr = torch.cat([torch.zeros(1, dtype=torch.long, device=dev), n_unc.cumsum(0)])
         self.unc = torch.nonzero(self.U)[:, 1].contiguous()
@@ -292,25 +279,18 @@ class GroupSet:
         return self.zn * grow + self.allow * self.steps_since_refresh[self.gid]
 
 
-def torch_gram_layout(groups: Groups, exact: torch.Tensor, n: int, d: int, device_type: str
-                       ) -> tuple[Groups, torch.Tensor, bool]:
+def torch_gram_layout(layout: Layout, exact: torch.Tensor, n: int, d: int, device_type: str
+                      ) -> tuple[Layout, torch.Tensor, bool]:
     """Torch path: whether the layout takes Gram groups (gram.worth of what they save), and the
-    one-neuron groups with uncertain points that it cannot step (all of them without Gram groups,
-    else those gram.choose does not admit: too many points in all) made exact again."""
-    flat = [(r, cols, pat, unc) for r, gs in enumerate(groups) for cols, pat, unc in gs]
-    if not flat:
-        return groups, exact, False
-    # the groups' point counts in one reduction each (one host transfer, not one per group)
-    pts = torch.stack([pat for _, _, pat, _ in flat]).sum(1).cpu()
-    unc_n = torch.stack([torch.zeros_like(pat) if unc is None else unc for _, _, pat, unc in flat]).sum(1).cpu()
-    mem = torch.tensor([int(cols.numel()) for _, cols, _, _ in flat], dtype=torch.long)
+    one-neuron groups of choose_groups' second kind (``single``) that it cannot step (all of them
+    without Gram groups, else those gram.choose does not admit: too many points in all) made exact
+    again."""
+    if not layout.run.numel():
+        return layout, exact, False
+    # the decision from the groups' counts on the host (three transfers, not three per group)
+    pts, unc_n, mem = layout.pattern.sum(1).cpu(), layout.uncertain.sum(1).cpu(), layout.sizes.cpu()
     use = gram_groups.worth(gram_groups.saved_ops(pts, mem, unc_n, n, d), device_type)
-    ok = gram_groups.choose(pts, mem, unc_n, n, d) & use
+    drop = (layout.single.cpu() & ~(gram_groups.choose(pts, mem, unc_n, n, d) & use)).to(exact.device)
     exact = exact.clone()
-    out: Groups = [[] for _ in groups]
-    for (r, cols, pat, unc), fits in zip(flat, ok.tolist()):
-        if unc is not None and not fits:
-            exact[r, cols] = True
-        else:
-            out[r].append((cols, pat, unc))
-    return out, exact, use
+    exact[layout.run[drop], layout.neurons[layout.ptr[:-1][drop]]] = True  # one neuron each
+    return layout.take(torch.nonzero(~drop).flatten()), exact, use

@@ -111,18 +111,17 @@ class _Piece:
         n, d = b.X.shape[1], b.X.shape[2]
         # one-neuron groups with uncertain points: the compiled path's, and the torch path's Gram groups'
         singles = self.compiled or (TORCH_GRAM and gram_groups.applies(n, d))
-        groups, exact = choose_groups(b, self.exclude, self.coef, max_uncertain(n) if singles else 0,
+        layout, exact = choose_groups(b, self.exclude, self.coef, max_uncertain(n) if singles else 0,
                                       ~self.twice if singles else None)
         use_gram = False
         if singles and not self.compiled:  # Gram groups where they pay; singles that no Gram group takes: exact
-            groups, exact, use_gram = torch_gram_layout(groups, exact, n, d, b.W.device.type)
+            layout, exact, use_gram = torch_gram_layout(layout, exact, n, d, b.W.device.type)
         # h of the exact neurons: index_add on the CPU (the compiled loops' layout); CUDA's deterministic
         # selector product there
         fs = FastStepper(b, self.rule, use_graphs=False, blocks=False, dead=~exact,
                          selector=False if self.compiled else None)
         fs.load(b, t)
-        by_slot = [groups[r] if ok else [] for r, ok in zip(fs.slot_run.tolist(), fs.real.tolist())]
-        self.groups = GroupSet(fs, by_slot, self.coef, products=self.compiled, gram=use_gram)
+        self.groups = GroupSet(fs, layout, self.coef, products=self.compiled, gram=use_gram)
         self.groups.load(b.W, b.a)
         self.fs = fs
         self.y0 = fs.y.clone()
