@@ -137,16 +137,16 @@ def choose_groups(b: Any, exclude: torch.Tensor, coef: float, uncertain: int = 0
 
     Per training run: the live neurons not in ``exclude`` (R, m) whose margin μ_j exceeds SAFETY ×
     the movement predicted for WINDOW_STEPS steps at the current rate, grouped by activation
-    pattern; patterns with at least MIN_GROUP_SIZE such neurons become groups. With ``uncertain`` >
-    0, each other such neuron whose margin fails on at most that many *uncertain* points becomes a
-    one-neuron group (its pattern on the certain points, and its uncertain points): its pre-
-    activations there are computed exactly at every step; so does each neuron of ``exclude`` that
-    is also in ``readmit`` (R, m) and has at most that many uncertain points (a neuron demoted once
-    is stepped as a one-neuron group with its points near the boundary computed exactly, not as an
-    exact neuron: at d = 1024 an exact neuron costs two n·d products per step, as much as a whole
-    rich run). Returns the groups (:class:`Layout`: by run; a run's pattern groups by member count,
-    descending, then pattern code, then its one-neuron groups by neuron) and the (R, m) mask of the
-    other live neurons (exact)."""
+    pattern; patterns with at least MIN_GROUP_SIZE such neurons become groups. With
+    ``uncertain`` > 0, each other such neuron whose margin fails on at most that many *uncertain*
+    points becomes a one-neuron group (its pattern on the certain points, and its uncertain
+    points): its pre-activations there are computed exactly at every step; so does each neuron of
+    ``exclude`` that is also in ``readmit`` (R, m) and has at most that many uncertain points (a
+    neuron demoted once is stepped as a one-neuron group with its points near the boundary computed
+    exactly, not as an exact neuron: at d = 1024 an exact neuron costs two n·d products per step,
+    as much as a whole rich run). Returns the groups (:class:`Layout`: by run; a run's pattern
+    groups by member count, descending, then pattern code, then its one-neuron groups by neuron)
+    and the (R, m) mask of the other live neurons (exact)."""
     W, a = b.W, b.a
     dev = W.device
     R, m, n = W.shape[0], W.shape[1], b.X.shape[1]
