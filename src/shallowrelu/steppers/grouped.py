@@ -13,9 +13,10 @@ so a step costs O(|P_k|·d) per group (P_k its points) plus one pass over the gr
 weights, instead of O(n·d) per neuron: at d = n = 1024, m = 200 with one J+ group and a few
 one-point J− groups, ~100× fewer operations than the dense step. The same algorithm runs
 batched over all runs with torch operations (CPU and CUDA, no host synchronisation inside a
-block; patterns as dense masks, one matrix product per trial and block of groups; on CUDA the
-~45 kernels of each step replayed, BLOCK_STEPS steps at a time, from one CUDA graph) and, on the
-CPU with numba, in compiled loops over each group's points (kernels._groups_step).
+block; patterns as dense masks, one matrix product per trial and block of groups, or Gram groups
+(steppers/gram.py); on CUDA the ~42 kernels of each step, ~83 with three classes of Gram groups,
+replayed BLOCK_STEPS steps at a time from one CUDA graph) and, on the CPU with numba, in
+compiled loops over each group's points (kernels._groups_step).
 
 **Mixed step.** Every live neuron of a training run is in a group (any size, every certified
 pattern), on the compiled path in a one-neuron group with a few *uncertain* points (its margin
