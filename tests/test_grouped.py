@@ -631,7 +631,7 @@ def test_torch_step_ab_benchmark(kernel, rich_late_state, tmp_path, capsys):
     ck = benchmark_scripts.checkpoint(tmp_path / ".checkpoint-test.pkl", b, [s.key for s in specs], 20000)
     mod = benchmark_scripts.load("torch_step_ab")
     env = os.environ.get(kernels.ENV)
-    assert mod.main(["HEAD", str(ck), "128", "1", str(tmp_path / "rec.json")]) == 0
+    assert mod.main(["HEAD", str(ck), "64", "1", str(tmp_path / "rec.json")]) == 0
     assert os.environ.get(kernels.ENV) == env
     rec = json.loads((tmp_path / "rec.json").read_text())
     assert rec["iteration"] == 20000 and rec["stops_identical"] and rec["max_rel_diff_W"] < 1e-12
