@@ -88,7 +88,7 @@ class GroupSet:
             order, which = _gram_classes_last(layout, n, d)
             layout = layout.take(order)
         self.G = G = layout.run.numel()
-        self._members(fs, layout, slot_of_run)
+        self._members(layout, slot_of_run)
         self.S = layout.pattern.to(dt)
         counts = layout.pattern.sum(1)
         self.pts_ptr = torch.cat([torch.zeros(1, dtype=torch.long, device=dev), counts.cumsum(0)])
@@ -114,7 +114,7 @@ class GroupSet:
         self.steps_since_refresh = torch.zeros(G, dtype=torch.long, device=dev)  # per group
         self.W_bak, self.a_bak = torch.empty_like(self.W), torch.empty_like(self.a)
 
-    def _members(self, fs: FastStepper, layout: Layout, slot_of_run: torch.Tensor) -> None:
+    def _members(self, layout: Layout, slot_of_run: torch.Tensor) -> None:
         """Groups' slots and member ranges, members' groups and (batch position, neuron)."""
         self.N = int(layout.ptr[-1])
         self.slot = slot_of_run[layout.run]
