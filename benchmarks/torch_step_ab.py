@@ -40,7 +40,10 @@ def export_revision(rev: str, into: Path) -> Path:
         raise SystemExit(f"revision {rev!r} has no src/shallowrelu (git: {out.stderr.decode().strip()}); "
                          "REV must be a commit of this repository")
     with tarfile.open(fileobj=BytesIO(out.stdout)) as tar:
-        tar.extractall(into, filter="data")
+        if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4: refuse paths that leave ``into``
+            tar.extractall(into, filter="data")
+        else:
+            tar.extractall(into)  # git archive of this repository: paths under src/shallowrelu only
     if not (into / "src/shallowrelu/checkpoint_bench.py").exists():
         raise SystemExit(f"revision {rev!r} has no src/shallowrelu/checkpoint_bench.py (the workers use it)")
     return into / "src"
