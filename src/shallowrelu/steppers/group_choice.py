@@ -82,6 +82,7 @@ class Layout(NamedTuple):
         none = torch.zeros(n, dtype=torch.bool)
         cols = [torch.as_tensor(c, dtype=torch.long).cpu().flatten() for _, c, _, _ in flat]
         sizes = torch.tensor([int(c.numel()) for c in cols], dtype=torch.long)
+        # (stacks with one row more, dropped: a (0, n) array where there are no groups)
         lay = Layout(torch.tensor([r for r, *_ in flat], dtype=torch.long),
                      torch.stack([p.cpu() for _, _, p, _ in flat] + [none])[:-1],
                      torch.stack([none if u is None else u.cpu() for *_, u in flat] + [none])[:-1],
