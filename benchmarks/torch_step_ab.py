@@ -81,7 +81,9 @@ def worker(ck: str, K: int, first: bool, state_out: str) -> dict:
 
 
 def _ops(fn) -> dict[str, float]:
-    """Top-level torch operations of one call of ``fn`` (all; without views)."""
+    """Top-level torch operations of one call of ``fn`` (all; without views), counted as
+    checkpoint_bench.ops_per_step counts a step's (here, in the worker, because REV's package has
+    no such helper for any call)."""
     from torch.profiler import ProfilerActivity, profile
 
     from shallowrelu.checkpoint_bench import VIEWS
@@ -104,17 +106,6 @@ def _run_variant(src: Path, ck: Path, K: int, first: bool, state_out: Path) -> d
     return json.loads(lines[-1][len("RESULT "):])
 
 
-def differences(x: dict, y: dict) -> dict[str, float | bool]:
-    """The largest relative differences of W and a between two saved states (per run, Frobenius),
-    and whether their stops are identical."""
-    import torch
-
-    rel_W = float(((x["W"] - y["W"]).norm(dim=(1, 2)) / y["W"].norm(dim=(1, 2))).max())
-    rel_a = float(((x["a"] - y["a"]).norm(dim=1) / y["a"].norm(dim=1)).max())
-    same = bool(torch.equal(x["stop_iter"], y["stop_iter"]) and torch.equal(x["running"], y["running"]))
-    return {"max_rel_diff_W": rel_W, "max_rel_diff_a": rel_a, "stops_identical": same}
-
-
 def main(argv: list[str]) -> int:
     if len(argv) not in (4, 5):
         print(__doc__)
@@ -129,8 +120,11 @@ def main(argv: list[str]) -> int:
 
 
 def _run(rev: str, ck: Path, K: int, rounds: int, srcs: dict[str, Path], tmp: Path, out: str | None) -> int:
+    from types import SimpleNamespace
+
     import torch
 
+    from shallowrelu.checkpoint_bench import differences
     from shallowrelu.io import atomic_write_json, provenance
 
     times: dict[str, list[float]] = {name: [] for name in srcs}
@@ -147,7 +141,7 @@ def _run(rev: str, ck: Path, K: int, rounds: int, srcs: dict[str, Path], tmp: Pa
                       f"{rec['ops_per_build']['kernels']:.0f} ({rec['ops_per_build']['all']:.0f}) in "
                       f"{rec['build_s'] * 1e3:.1f} ms", flush=True)
             print(f"{name}: {K} steps in {rec['seconds']:7.2f} s, {K / rec['seconds']:8.1f} it/s", flush=True)
-    diff = differences(*(torch.load(tmp / f"{name}.pt") for name in ("tree", "rev")))
+    diff = differences(*(SimpleNamespace(**torch.load(tmp / f"{name}.pt")) for name in ("tree", "rev")))
     med = {name: statistics.median(t) for name, t in times.items()}
     print(f"median rev / median tree: {med['rev'] / med['tree']:.2f}x ({K / med['rev']:.1f} vs "
           f"{K / med['tree']:.1f} it/s); max relative difference W {diff['max_rel_diff_W']:.1e}, a "
