@@ -35,11 +35,11 @@ def runs(root: Path, scheme: str, d: int, m: int) -> pd.DataFrame:
         raise ValueError(f"no run summaries under {root / scheme / f'd{d}' / f'm{m}'}")
     init = []
     for f in paths:
-        hist = np.load(f.with_suffix(".npz"))
-        if int(hist["history_iteration"][0]) != 0:
-            raise ValueError(f"{f.with_suffix('.npz')}: the history does not start at iteration 0")
-        init.append({"seed": int(f.parent.name[4:]), "lambda_exp": parse_lambda_tag(f.stem[3:]),
-                     **{f"init_{name}": float(hist[f"history_{key}"][0]) for name, key in METRICS}})
+        with np.load(f.with_suffix(".npz")) as hist:
+            if int(hist["history_iteration"][0]) != 0:
+                raise ValueError(f"{f.with_suffix('.npz')}: the history does not start at iteration 0")
+            init.append({"seed": int(f.parent.name[4:]), "lambda_exp": parse_lambda_tag(f.stem[3:]),
+                         **{f"init_{name}": float(hist[f"history_{key}"][0]) for name, key in METRICS}})
     return load_runs(paths).merge(pd.DataFrame(init), on=["seed", "lambda_exp"], validate="one_to_one")
 
 
