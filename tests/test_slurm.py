@@ -79,7 +79,6 @@ def _snakemake(workdir: Path, *args: str, timeout: int = TIMEOUT) -> subprocess.
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # jobs inherit it
     cmd = ["timeout", "-k", "15", str(timeout), sys.executable, "-m", "snakemake", "--profile", "slurm",
            "--directory", str(workdir),
-           "--cores", "2",  # the node's CPUs: the most one bundled job may ask for
            "--slurm-status-command", "squeue",  # no accounting database, so no sacct
            "--slurm-init-seconds-before-status-checks", "2", *args]
     t0 = time.monotonic()
@@ -104,7 +103,7 @@ def test_tiny_workflow_on_slurm(cluster, tmp_path):
 
     # -- the tiny config's training jobs (bundled) and the aggregation, through Slurm -----------
     # targets first: --configfile takes several values
-    proc = _snakemake(workdir, *rules, "aggregate", "--configfile", str(tiny))
+    proc = _snakemake(workdir, *rules, "aggregate", "--configfile", str(tiny), "--verbose")  # verbose: sbatch calls
     log = proc.stdout + proc.stderr
     assert proc.returncode != 124, f"snakemake timed out after {TIMEOUT} s:\n{log[-4000:]}"
     assert proc.returncode == 0, log[-6000:]
@@ -113,6 +112,17 @@ def test_tiny_workflow_on_slurm(cluster, tmp_path):
     assert "Using profile slurm" in log
     assert bundles, "training jobs were not bundled into group jobs"
     assert len(submitted) < len(rules) + 1, (submitted, rules)
+
+    # -- a bundle runs its trials one after another (its Snakemake gets --jobs 1), so the profile's
+    # cores: 1 must make it ask for one CPU and the sum of its trials' runtimes (docs/cluster.md)
+    calls = [line for line in log.splitlines() if line.startswith("sbatch call:") and "/group_train" in line]
+    assert len(calls) == len(set(bundles)), (len(calls), bundles)
+    assert all(re.search(r" --jobs 1\b", c) for c in calls), "the bundle's Snakemake no longer runs one job at a " \
+        "time: revisit the profile's cores: 1 (slurm/config.yaml)"
+    assert all("--cpus-per-task=1 " in c for c in calls), calls
+    asked = sum(int(re.search(r" -t (\d+) ", c).group(1)) for c in calls)
+    members = re.findall(r"^    rule train_\w+:\n(?:        .*\n)*?        resources: .*\bruntime=(\d+)", log, re.M)
+    assert len(members) == len(rules) and asked == sum(map(int, members)), (asked, members)
 
     # -- every run's files: complete summary + arrays; one row per run in runs.csv --------------
     summary = subprocess.run([sys.executable, "-m", "snakemake", *rules, "--detailed-summary", "--directory",
