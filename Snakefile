@@ -12,7 +12,9 @@ from snakemake.utils import min_version, validate
 
 min_version("9.0")
 sys.path.insert(0, str(Path(workflow.basedir, "src")))
-from shallowrelu.workflow_config import check_config, load_schema
+from shallowrelu.workflow_config import check_config, load_schema, skip_iri_format_checker
+
+skip_iri_format_checker()  # ~3 s of each start (workflow_config.skip_iri_format_checker)
 
 
 # The default config of this checkout, also when run with --directory elsewhere.

@@ -222,6 +222,35 @@ def test_named_targets_and_gpu_resource(tmp_path):
     assert sum(1 for k in fig2 if k.startswith("train_")) == 1  # Fig 2 needs exactly its trial
 
 
+def _keys(node):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield k
+            yield from _keys(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _keys(v)
+
+
+def test_a_snakemake_start_imports_neither_torch_nor_the_iri_checker():
+    """Every Snakemake call (each job of a Slurm group job too) parses the Snakefile: the modules
+    its rules files import must not load torch (~3 s here), and jsonschema must skip its IRI
+    format checker (~3 s, workflow_config.skip_iri_format_checker), which is safe only while the
+    schema uses no ``format`` keyword."""
+    assert "format" not in set(_keys(load_schema(SCHEMA)))
+    sources = [REPO / "Snakefile", *sorted((REPO / "workflow" / "rules").glob("*.smk"))]
+    imports = re.compile(r"^\s*from (shallowrelu[\w.]*) import", re.M)
+    modules = sorted({m for p in sources for m in imports.findall(p.read_text())})
+    assert "shallowrelu.workflow_config" in modules and len(modules) > 3, modules
+    code = ("import sys; from shallowrelu.workflow_config import skip_iri_format_checker; skip_iri_format_checker(); "
+            + "; ".join(f"import {m}" for m in modules)
+            + "; import jsonschema, snakemake.utils; "
+            "print(sorted(m for m in ('torch', 'rfc3987_syntax', 'matplotlib') if sys.modules.get(m) is not None))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["[]"], out.stdout
+
+
 def test_lint_clean(tmp_path):
     res = snakemake(tmp_path, "--lint")
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]

@@ -10,8 +10,10 @@ logging point (``frozen``); the iteration cap (``max_iters``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a detector runs: the workflow reads STOP_REASONS without it
+    import torch
 
 STOP_REASONS = ("loss_target", "diverged", "dead", "frozen", "max_iters")
 DEAD_MARGIN = 4.0  # multiples of (d + 2)·u in the dead-network test (steppers.dense.ROUNDING_MARGIN's bound)
@@ -19,6 +21,8 @@ DEAD_MARGIN = 4.0  # multiples of (d + 2)·u in the dead-network test (steppers.
 
 def nonfinite_runs(loss: torch.Tensor, W: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     """(R,) bool: runs whose objective, hidden weights or output weights have a NaN or ±inf."""
+    import torch
+
     return ~(torch.isfinite(loss) & torch.isfinite(W).flatten(1).all(1) & torch.isfinite(a).flatten(1).all(1))
 
 
@@ -30,6 +34,8 @@ def dead_runs(W: torch.Tensor, X: torch.Tensor, trial: torch.Tensor | None = Non
     is dead only within rounding is left to the ``frozen`` rule. X is (R, n, d) per run, or
     (T, n, d) per trial with ``trial`` (R,) the trial of each run.
     """
+    import torch
+
     u = torch.finfo(W.dtype).eps / 2
     k = DEAD_MARGIN * (X.shape[-1] + 2) * u
     if trial is None:

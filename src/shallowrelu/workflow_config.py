@@ -14,6 +14,7 @@ Two things the schema validator alone does badly:
 ``check_config`` runs the three in order; the Snakefile calls it before Snakemake's validation
 (which then only fills in the defaults), so a bad config fails before any job runs.
 
+``skip_iri_format_checker`` spares each Snakemake start ~3 s of an optional import of jsonschema.
 ``prepend_pythonpath`` lets every job import the package of the checkout it runs from;
 ``profile_config`` reads the config a Snakemake profile sets (e.g. profiles/gpu's train settings).
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +163,21 @@ def prepend_pythonpath(path: str | Path) -> str:
 
 
 # --- values ---------------------------------------------------------------------------------
+
+
+def skip_iri_format_checker() -> None:
+    """Keep jsonschema, when this process first imports it, from loading its IRI format checker.
+
+    jsonschema imports every optional format checker it finds; rfc3987_syntax (the non-GPL IRI
+    checker, installed through jupyter's ``jsonschema[format-nongpl]``) compiles ~38 Earley
+    parsers at import: ~3 s of every Snakemake start on a 2-core machine, a start that each job
+    of a Slurm group job repeats (jsonschema issue #1428). The config schema has no ``format``
+    keyword (tests/test_workflow.py checks), so no check changes. Python's documented rule: a
+    None entry in ``sys.modules`` makes that import fail, which jsonschema skips. Does nothing
+    once jsonschema is imported.
+    """
+    if "jsonschema" not in sys.modules:
+        sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 
 
 def check_config(config: dict[str, Any], schema: dict[str, Any]) -> None:
