@@ -678,13 +678,14 @@ def _descendants(pid: int) -> list[int]:
 
 
 def _papermill_pid(snakemake_pid: int) -> int | None:
-    """The papermill process among the descendants of the Snakemake we started."""
+    """The papermill process (``python -m shallowrelu.notebook_job``) among the descendants of the
+    Snakemake we started."""
     for pid in _descendants(snakemake_pid):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if any(c.endswith(b"/papermill") or c == b"papermill" for c in cmd[:2]):
+        if b"shallowrelu.notebook_job" in cmd[:3]:
             return pid
     return None
 

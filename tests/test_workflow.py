@@ -232,7 +232,7 @@ def _keys(node):
             yield from _keys(v)
 
 
-def test_a_snakemake_start_imports_neither_torch_nor_the_iri_checker():
+def test_a_snakemake_or_notebook_start_imports_neither_torch_nor_the_iri_checker():
     """Every Snakemake call (each job of a Slurm group job too) parses the Snakefile: the modules
     its rules files import must not load torch (~3 s here), and jsonschema must skip its IRI
     format checker (~3 s, workflow_config.skip_iri_format_checker), which is safe only while the
@@ -249,6 +249,12 @@ def test_a_snakemake_start_imports_neither_torch_nor_the_iri_checker():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["[]"], out.stdout
+    # the notebook rules' papermill (shallowrelu.notebook_job) starts without the IRI checker too
+    pm = subprocess.run([sys.executable, "-X", "importtime", "-m", "shallowrelu.notebook_job", "--help"],
+                        capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert pm.returncode == 0 and pm.stdout.startswith("Usage: papermill"), pm.stdout[:500] + pm.stderr[-2000:]
+    loaded = {line.rsplit("|", 1)[-1].strip() for line in pm.stderr.splitlines() if line.startswith("import time:")}
+    assert {"papermill", "jsonschema"} <= loaded and "lark" not in loaded  # lark: rfc3987_syntax's parsers
 
 
 def test_lint_clean(tmp_path):

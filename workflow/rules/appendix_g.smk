@@ -106,7 +106,7 @@ if APPG.get("enabled", False):
             "../../envs/analysis.yaml"
         shell:
             "export PYTHONPATH={params.src}${{PYTHONPATH:+:$PYTHONPATH}};"
-            " papermill {input.notebook} {output.notebook} -y '{params.pm}' --log-output > {log} 2>&1"
+            " python -m shallowrelu.notebook_job {input.notebook} {output.notebook} -y '{params.pm}' --log-output > {log} 2>&1"
 
     rule appendix_g:
         """Named target: `snakemake appendix_g`."""

@@ -48,7 +48,7 @@ if DYN.get("enabled", False):
         conda:
             "../../envs/analysis.yaml"
         shell:
-            "papermill {input.notebook} {output.notebook} -y '{params.pm}' --log-output > {log} 2>&1"
+            "python -m shallowrelu.notebook_job {input.notebook} {output.notebook} -y '{params.pm}' --log-output > {log} 2>&1"
 
     for _fig in ("example31", "fig3", "fig4", "fig5", "fig6"):
 
@@ -98,7 +98,7 @@ if TT.get("enabled", False):
             conda:
                 "../../envs/analysis.yaml"
             shell:
-                "papermill {input.notebook} {output.notebook} -y '{params.pm}' --log-output > {log} 2>&1"
+                "python -m shallowrelu.notebook_job {input.notebook} {output.notebook} -y '{params.pm}' --log-output > {log} 2>&1"
 
         rule:
             name:

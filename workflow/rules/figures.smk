@@ -34,7 +34,7 @@ if ANGLE_FIGS:
         conda:
             "../../envs/analysis.yaml"
         shell:
-            "papermill {input.notebook} {output.notebook} -p figure {wildcards.fig} -y '{params.pm}'"
+            "python -m shallowrelu.notebook_job {input.notebook} {output.notebook} -p figure {wildcards.fig} -y '{params.pm}'"
             " --log-output > {log} 2>&1"
 
 
@@ -61,7 +61,7 @@ if CURVE_FIGS:
         conda:
             "../../envs/analysis.yaml"
         shell:
-            "papermill {input.notebook} {output.notebook} -p figure {wildcards.fig} -y '{params.pm}'"
+            "python -m shallowrelu.notebook_job {input.notebook} {output.notebook} -p figure {wildcards.fig} -y '{params.pm}'"
             " --log-output > {log} 2>&1"
 
 
