@@ -212,6 +212,27 @@ def test_jobs_per_process_trains_through_train_jobs(tmp_path):
     assert all(text.count("runs ready under") >= 2 for text in logs)  # one line per job of the process
 
 
+def test_only_short_jobs_join_the_bundling_group(tmp_path):
+    """train.group with train.group_max_minutes: a training job joins the group exactly when its
+    runtime estimate is at most the limit (a Slurm bundle runs its trials one after another and
+    asks for their summed runtime, docs/cluster.md); the paper's config has jobs on both sides of
+    300 minutes, and by default (60) none of its jobs is bundled."""
+    def split(config):
+        res = snakemake(tmp_path, "-n", configfile="config/paper.yaml", config=[config])
+        assert res.returncode == 0, res.stderr[-2000:]
+        runtime = {m.group(1): int(m.group(2)) for m in re.finditer(
+            r"^\s*rule (train_\w+):\n(?:.*\n)*?\s*resources: .*?\bruntime=(\d+)", res.stdout, re.M)}
+        grouped = set(re.findall(r"^    rule (train_\w+):", res.stdout, re.M))  # inside a "Group job" block
+        assert grouped <= set(runtime) and len(runtime) == len(set(re.findall(r"rule (train_\w+):", res.stdout)))
+        return runtime, grouped
+
+    runtime, grouped = split("train={group: train, group_max_minutes: 300}")
+    assert grouped and len(grouped) < len(runtime)
+    assert grouped == {k for k, v in runtime.items() if v <= 300}, sorted((runtime[k], k) for k in grouped)[-3:]
+    _, grouped = split("train={group: train}")
+    assert not grouped
+
+
 def test_named_targets_and_gpu_resource(tmp_path):
     counts, out = dry_run(tmp_path, "config/config.yaml", config=["train={device: cuda, group: trials}"])
     assert "gpu=1" in out

@@ -243,6 +243,21 @@ def trial_resources(d, m, n_runs):
     return res
 
 
+def job_resources(job):
+    """trial_resources of a training job given as a dict (dynamics.smk's jobs: d, m, seeds,
+    max_iters, n), with the runtime of its own iteration cap and number of points."""
+    return dict(trial_resources(job["d"], job["m"], len(job["seeds"])),
+                runtime=trial_runtime_minutes(job["d"], job["m"], len(job["seeds"]), job["max_iters"], n=job["n"]))
+
+
+def job_group(runtime_minutes):
+    """A training job's Snakemake group: train.group if its runtime estimate is at most
+    train.group_max_minutes (null: any), else none. A bundle's trials run one after another and it
+    asks for the sum of their runtimes (docs/cluster.md, "Bundling small trials")."""
+    cap = TRAIN["group_max_minutes"]
+    return TRAIN["group"] if cap is None or runtime_minutes <= cap else None
+
+
 def as_json(obj):
     """Compact JSON for shell arguments in single quotes (papermill -y, aggregate)."""
     text = json.dumps(obj, separators=(",", ":"))

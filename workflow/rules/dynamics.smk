@@ -113,6 +113,7 @@ for _jobs in in_processes(DYN_JOBS, lambda j: j["d"] * j["n"] * j["m"] * len(j["
                           lambda j: j["d"]):
     if len(_jobs) == 1:
         _job = _jobs[0]
+        _res = job_resources(_job)
 
         rule:
             name:
@@ -139,11 +140,9 @@ for _jobs in in_processes(DYN_JOBS, lambda j: j["d"] * j["n"] * j["m"] * len(j["
                 checkpoint=TRAIN["checkpoint_every_s"],
             threads: TRAIN["threads"]
             resources:
-                **dict(trial_resources(_job["d"], _job["m"], len(_job["seeds"])),
-                       runtime=trial_runtime_minutes(_job["d"], _job["m"], len(_job["seeds"]), _job["max_iters"],
-                                                     n=_job["n"])),
+                **_res,
             group:
-                TRAIN["group"]
+                job_group(_res["runtime"])
             conda:
                 "../../envs/train.yaml"
             shell:
@@ -156,6 +155,7 @@ for _jobs in in_processes(DYN_JOBS, lambda j: j["d"] * j["n"] * j["m"] * len(j["
                 " > {log} 2>&1"
         continue
     _name = process_name([j["name"] for j in _jobs])
+    _res = process_resources([job_resources(j) for j in _jobs])
 
     rule:
         name:
@@ -170,11 +170,9 @@ for _jobs in in_processes(DYN_JOBS, lambda j: j["d"] * j["n"] * j["m"] * len(j["
                                               j.get("loss_target")) for j in _jobs]),
         threads: TRAIN["threads"]
         resources:
-            **process_resources([dict(trial_resources(j["d"], j["m"], len(j["seeds"])),
-                                      runtime=trial_runtime_minutes(j["d"], j["m"], len(j["seeds"]), j["max_iters"],
-                                                                    n=j["n"])) for j in _jobs]),
+            **_res,
         group:
-            TRAIN["group"]
+            job_group(_res["runtime"])
         conda:
             "../../envs/train.yaml"
         shell:

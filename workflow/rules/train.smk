@@ -14,6 +14,7 @@ for _jobs in training_processes():
         _keys = _jobs[0]
         _root, _, _d, _m, _, _rho = _keys[0]
         _exps = sorted(TRIALS[_keys[0]], reverse=True)
+        _res = trial_resources(_d, _m, len(_exps) * len(_keys))
 
         rule:
             name:
@@ -39,9 +40,9 @@ for _jobs in training_processes():
                 checkpoint=TRAIN["checkpoint_every_s"],
             threads: TRAIN["threads"]
             resources:
-                **trial_resources(_d, _m, len(_exps) * len(_keys)),
+                **_res,
             group:
-                TRAIN["group"]
+                job_group(_res["runtime"])
             conda:
                 "../../envs/train.yaml"
             shell:
@@ -54,6 +55,7 @@ for _jobs in training_processes():
                 " > {log} 2>&1"
         continue
     _name = process_name([job_name(keys) for keys in _jobs])
+    _res = process_resources([trial_resources(k[0][2], k[0][3], len(TRIALS[k[0]]) * len(k)) for k in _jobs])
 
     rule:
         name:
@@ -66,9 +68,9 @@ for _jobs in training_processes():
             command=train_jobs_command([registry_job_args(keys) for keys in _jobs]),
         threads: TRAIN["threads"]
         resources:
-            **process_resources([trial_resources(k[0][2], k[0][3], len(TRIALS[k[0]]) * len(k)) for k in _jobs]),
+            **_res,
         group:
-            TRAIN["group"]
+            job_group(_res["runtime"])
         conda:
             "../../envs/train.yaml"
         shell:
