@@ -4,7 +4,9 @@ started ~3 s sooner (the workflow's notebook rules run it).
 papermill imports nbformat, which imports jsonschema, which imports every optional format checker
 it finds: rfc3987_syntax (its non-GPL IRI checker) compiles ~38 parsers at import, ~3 of the
 ~4 s papermill takes to start here. Neither nbformat's notebook schema nor papermill checks an
-IRI format (:func:`shallowrelu.workflow_config.skip_iri_format_checker`).
+IRI format (:func:`shallowrelu.workflow_config.skip_iri_format_checker`). A module of its own, not a
+command of ``python -m shallowrelu``, whose command line imports torch (~2 s) that a notebook job
+does not need.
 """
 
 from __future__ import annotations

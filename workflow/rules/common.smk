@@ -18,7 +18,7 @@ from shallowrelu.workflow_config import prepend_interpreter_path, prepend_python
 
 # Jobs inherit this environment: every rule finds the package of this checkout, also in the
 # conda environments (which do not install it) and in jobs that Snakemake submits to Slurm,
-# and runs `python`/`papermill` of the environment that runs Snakemake (not the first on PATH).
+# and runs the `python` of the environment that runs Snakemake (not the first on PATH).
 prepend_pythonpath(SRC)
 prepend_interpreter_path(sys.executable)
 from shallowrelu.aggregate import PAPER_TABLES  # noqa: E402
