@@ -1,14 +1,16 @@
-"""scripts/loss_convention_evidence.py: its page from two results roots trained with each loss
-convention (tiny runs), every number from the runs' files."""
+"""scripts/loss_convention_evidence.py and scripts/cap_evidence.py: their pages from tiny runs, every
+number from the runs' files."""
 
 from __future__ import annotations
 
 import json
 import runpy
+import shutil
 import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from shallowrelu.cli import main as cli
@@ -57,3 +59,72 @@ def test_loss_convention_page_refuses_missing_runs(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(sys, "argv", [str(SCRIPT), str(tmp_path), str(tmp_path), "centred", "4", "200", "2"])
     with pytest.raises(ValueError, match="no run summaries under"):
         runpy.run_path(str(SCRIPT), run_name="__main__")
+
+
+CAP_SCRIPT = SCRIPT.parent / "cap_evidence.py"
+
+
+@pytest.fixture(scope="module")
+def cap_roots(tmp_path_factory):
+    """Six uncentred d = 4 trials trained to 1000 iterations and, for three of them, to the lower
+    cap the page reads them at (a logging point of the long runs, so the reading is exact)."""
+    base = tmp_path_factory.mktemp("cap")
+    args = ["train", "--scheme", "uncentred", "--d", "4", "--m", "200", "--lambda-exps", "0", "-8",
+            "--n-log", "40", "--quiet"]
+    assert cli([*args, "--seeds", *map(str, range(6)), "--max-iters", "1000", "--out", str(base / "high")]) == 0
+    its = np.load(base / "high" / "uncentred" / "d4" / "m200" / "seed0" / "lamm8.npz")["history_iteration"]
+    low = int(its[(its > 100) & (its < 900)][0])
+    assert cli([*args, "--seeds", "0", "1", "2", "--max-iters", str(low), "--out", str(base / "low")]) == 0
+    return base, low
+
+
+def _cap_page(monkeypatch, capsys, *argv):
+    monkeypatch.setattr(sys, "argv", [str(CAP_SCRIPT), *map(str, argv)])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(CAP_SCRIPT), run_name="__main__")
+    return exit_.value.code, capsys.readouterr().out
+
+
+def test_cap_page(cap_roots, tmp_path, monkeypatch, capsys):
+    """Both caps judged on the same trials: at the high cap the runs' own final values, at the low
+    cap their histories' values, equal to those of runs trained with that cap; the files written."""
+    base, low = cap_roots
+    out_md = tmp_path / "cap.md"
+    code, out = _cap_page(monkeypatch, capsys, base / "high", "uncentred", 4, 200, low, out_md,
+                          "--low-root", base / "low")
+    assert code == 0
+    assert "Trials: 6 (seeds 0, 1, 2, 3, 4, 5), 2 λ each, trained to 1,000 iterations" in out
+    check = next(line for line in out.splitlines() if line.startswith("Check of the reading"))
+    assert "18 runs" not in check and "6 runs (seeds 0, 1, 2)" in check and "6 of 6 stop reasons agree" in check
+    worst = [float(w.split(" (")[0]) for w in check.split("at most ")[1].split(" relative")[0].split(", ")]
+    assert max(worst) < 1e-9  # a logging point: the history's state is the capped run's
+    runs = pd.read_csv(tmp_path / "cap_runs.csv")
+    for seed in range(6):
+        fin = json.loads((base / "high" / "uncentred" / "d4" / "m200" / f"seed{seed}" / "lamm8.json").read_text())
+        row = runs[(runs.seed == seed) & (runs.lambda_exp == -8)].iloc[0]
+        assert row.nuclear_norm == fin["final"]["nuclear_norm"]
+        if fin["iterations"] <= low:  # stopped before the low cap: the same values at both
+            assert row.nuclear_norm_low == row.nuclear_norm and row.stop_reason_low == row.stop_reason
+        else:
+            assert row.stop_reason_low == "max_iters"
+    cells = pd.read_csv(tmp_path / "cap_cells.csv")
+    high = cells[(cells.metric == "nuclear_norm") & (cells.lambda_exp == -8) & (cells.cap == "high")].iloc[0]
+    assert high["median"] == pytest.approx(runs[runs.lambda_exp == -8].nuclear_norm.median(), rel=1e-12)
+    ref = pd.read_csv(SCRIPT.parents[1] / "data" / "reference_tables.csv")
+    paper = ref[(ref.table == 6) & (ref.d == 4) & (ref.lambda_exp == -8)].iloc[0]  # Table 6: uncentred norms
+    assert (high.paper_median, high.paper_std) == (paper["median"], paper["std"])
+    assert high.n == 6 and high.verdict in ("consistent", "tension", "inconsistent")
+    assert out_md.read_text().startswith("# Iteration cap: uncentred d = 4, m = 200")
+
+
+def test_cap_page_skips_unfinished_trials_and_refuses_bad_caps(cap_roots, tmp_path, monkeypatch, capsys):
+    base, low = cap_roots
+    root = tmp_path / "high"
+    shutil.copytree(base / "high", root)
+    (root / "uncentred" / "d4" / "m200" / "seed5" / "lamm8.json").unlink()
+    code, out = _cap_page(monkeypatch, capsys, root, "uncentred", 4, 200, low)
+    assert code == 0 and "Trials: 5 (seeds 0, 1, 2, 3, 4)" in out and "Skipped, still training: seeds 5." in out
+    with pytest.raises(ValueError, match="must be one value above LOW_CAP = 1000"):
+        _cap_page(monkeypatch, capsys, root, "uncentred", 4, 200, 1000)
+    with pytest.raises(ValueError, match="not LOW_CAP"):
+        _cap_page(monkeypatch, capsys, root, "uncentred", 4, 200, low + 1, "--low-root", base / "low")

@@ -1,0 +1,212 @@
+"""The iteration-cap evidence of docs/reproduction.md: trials trained to a high cap (the paper's
+2·10^7; ``python -m shallowrelu train ... --max-iters 20000000 --out ROOT``) judged against the
+paper's Tables 1–6 twice on the same trials, at that cap and at a lower one (LOW_CAP, e.g. the
+evidence grid's 2·10^6). A run's metrics at LOW_CAP are read from its own history: its final
+values if it stopped by then, else linear interpolation in the iteration between the two logging
+points around LOW_CAP (the ``--n-log`` points are log-spaced, ~2 % apart at 2·10^6 for the
+default 1000). Given LOW_ROOT, runs trained with ``--max-iters LOW_CAP`` on some of the same
+trials, the page states how far the interpolated values are from theirs.
+
+Every cell's verdict is ``verdicts.sampling_verdicts``'s (docs/report.md): where the paper's
+median and std fall in the sampling distribution of the median and std of five of our trials.
+Only trials whose every λ has finished are used (a trial still training is listed as skipped).
+Every number comes from the runs' files.
+
+    python scripts/cap_evidence.py ROOT SCHEME D M LOW_CAP [OUT.md] [--low-root LOW_ROOT]
+
+Beside OUT.md it writes ``<stem>_cells.csv`` (every cell, both caps) and ``<stem>_runs.csv``
+(every run's metrics at both caps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from shallowrelu.aggregate import load_reference, load_runs
+from shallowrelu.io import atomic_write_text, parse_lambda_tag
+from shallowrelu.verdicts import sampling_verdicts
+
+METRICS = [("max_angle_deg", "max_angle_pos_deg"), ("mean_angle_deg", "mean_angle_pos_deg"),
+           ("nuclear_norm", "nuclear_norm")]
+TABLES = {"centred": (1, 3, 5), "uncentred": (2, 4, 6)}
+REFERENCE = Path(__file__).resolve().parents[1] / "data" / "reference_tables.csv"
+VERDICT_COLS = ["n", "median5_q05", "median5_q95", "median_p", "std5_q05", "std5_q95", "std_p", "verdict"]
+
+
+def complete_trials(root: Path, scheme: str, d: int, m: int) -> tuple[list[Path], list[int], list[int]]:
+    """The run summaries of the trials under root/scheme/d{d}/m{m} that hold every λ any trial
+    holds, the seeds used, and the seeds skipped (still training: some λ not written yet)."""
+    base = root / scheme / f"d{d}" / f"m{m}"
+    by_seed = {int(p.name[4:]): sorted(p.glob("lam*.json")) for p in sorted(base.glob("seed*")) if p.is_dir()}
+    if not any(by_seed.values()):
+        raise ValueError(f"no run summaries under {base}")
+    lams = set().union(*({p.stem for p in ps} for ps in by_seed.values()))
+    used = sorted(s for s, ps in by_seed.items() if {p.stem for p in ps} == lams)
+    skipped = sorted(set(by_seed) - set(used))
+    return [p for s in used for p in by_seed[s]], used, skipped
+
+
+def at_iteration(npz: Path, iteration: int, stopped_at: int) -> tuple[dict[str, float], float]:
+    """A run's METRICS after ``iteration`` steps from its history (final values if it stopped at or
+    before), and the gap between the two logging points used, relative to ``iteration`` (0: exact)."""
+    with np.load(npz) as h:
+        its = h["history_iteration"].astype(np.int64)
+        hist = {name: h[f"history_{key}"].astype(np.float64) for name, key in METRICS}
+    if stopped_at <= iteration:
+        return {name: float(v[-1]) for name, v in hist.items()}, 0.0
+    hi = int(np.searchsorted(its, iteration))
+    if hi == 0 or hi >= its.size:
+        raise ValueError(f"{npz}: no logging points around iteration {iteration} (history {its[0]}…{its[-1]})")
+    if its[hi] == iteration:
+        return {name: float(v[hi]) for name, v in hist.items()}, 0.0
+    lo = hi - 1
+    w = (iteration - its[lo]) / (its[hi] - its[lo])
+    return ({name: float((1 - w) * v[lo] + w * v[hi]) for name, v in hist.items()},
+            float((its[hi] - its[lo]) / iteration))
+
+
+def runs_at_caps(paths: list[Path], low_cap: int) -> pd.DataFrame:
+    """runs.csv's rows (aggregate.load_runs) of ``paths``, with each metric and the stop reason at
+    ``low_cap`` beside them (``<metric>_low``, ``stop_reason_low``, ``interp_gap``)."""
+    runs = load_runs(paths)
+    caps = {json.loads(p.read_text())["config"]["max_iters"] for p in paths}
+    if len(caps) != 1 or next(iter(caps)) <= low_cap:
+        raise ValueError(f"the runs' caps {sorted(caps)} must be one value above LOW_CAP = {low_cap}")
+    low = []
+    for p in paths:
+        row = runs[(runs.seed == int(p.parent.name[4:])) & (runs.lambda_exp == parse_lambda_tag(p.stem[3:]))].iloc[0]
+        vals, gap = at_iteration(p.with_suffix(".npz"), low_cap, int(row.iterations))
+        low.append({"seed": row.seed, "lambda_exp": row.lambda_exp, "interp_gap": gap,
+                    "stop_reason_low": row.stop_reason if row.iterations <= low_cap else "max_iters",
+                    **{f"{name}_low": v for name, v in vals.items()}})
+    out = runs.merge(pd.DataFrame(low), on=["seed", "lambda_exp"], validate="one_to_one")
+    return out.assign(cap=next(iter(caps)))
+
+
+def judge(runs: pd.DataFrame, ref: pd.DataFrame, scheme: str, d: int, m: int) -> pd.DataFrame:
+    """One row per (metric, λ, cap ∈ low/high): the paper's median and std and the verdict columns."""
+    rows, values = [], []
+    for (name, _), table in zip(METRICS, TABLES[scheme]):
+        for lam, grp in runs.groupby("lambda_exp", sort=False):
+            sel = ref[(ref.scheme == scheme) & (ref.d == d) & (ref.m == m) & (ref.lambda_exp == lam)
+                      & (ref.metric == name)]
+            paper = sel.iloc[0] if len(sel) else None
+            for cap, col in (("low", f"{name}_low"), ("high", name)):
+                rows.append({"table": table, "metric": name, "lambda_exp": lam, "cap": cap,
+                             "paper_median": np.nan if paper is None else paper.paper_median,
+                             "paper_std": np.nan if paper is None else paper.paper_std,
+                             "median": float(grp[col].median())})
+                values.append(grp[col].to_numpy(float))
+    frame = pd.DataFrame(rows)
+    res = sampling_verdicts(values, frame.paper_median.to_numpy(float), frame.paper_std.to_numpy(float),
+                            baselines=False)
+    return pd.concat([frame, pd.DataFrame({c: res[c] for c in VERDICT_COLS})], axis=1)
+
+
+def low_root_check(runs: pd.DataFrame, low_root: Path, scheme: str, d: int, m: int, low_cap: int) -> str:
+    """How far the interpolated LOW_CAP values are from runs trained with that cap (same trials)."""
+    paths = sorted((low_root / scheme / f"d{d}" / f"m{m}").glob("seed*/lam*.json"))
+    if not paths:
+        raise ValueError(f"no run summaries under {low_root / scheme / f'd{d}' / f'm{m}'}")
+    real = load_runs(paths)
+    caps = {json.loads(p.read_text())["config"]["max_iters"] for p in paths}
+    if caps != {low_cap}:
+        raise ValueError(f"the runs under {low_root} have caps {sorted(caps)}, not LOW_CAP = {low_cap}")
+    pair = runs.merge(real, on=["seed", "lambda_exp"], suffixes=("", "_real"))
+    if pair.empty:
+        raise ValueError(f"the runs under {low_root} share no (seed, λ) with the high-cap runs")
+    worst = {name: float((pair[f"{name}_low"] - pair[f"{name}_real"]).abs().div(pair[f"{name}_real"].abs()).max())
+             for name, _ in METRICS}
+    same_stop = int((pair.stop_reason_low == pair.stop_reason_real).sum())
+    seeds = ", ".join(str(int(x)) for x in sorted(pair.seed.unique()))
+    return (f"Check of the reading at {low_cap:,}: {len(pair)} runs (seeds {seeds}) were "
+            f"also trained with that cap; the values read from the histories differ from theirs by at most "
+            + ", ".join(f"{v:.1e} ({n})" for n, v in worst.items())
+            + f" relative, and {same_stop} of {len(pair)} stop reasons agree.")
+
+
+def _fmt(x: float) -> str:
+    return "–" if not np.isfinite(x) else f"{x:.4g}"
+
+
+def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, low_cap: int,
+         used: list[int], skipped: list[int], check: str) -> str:
+    cap = int(runs.cap.iloc[0])
+    stops = {k: {s: int(c) for s, c in runs[col].value_counts().items()}
+             for k, col in ((f"{low_cap:,}", "stop_reason_low"), (f"{cap:,}", "stop_reason"))}
+    commits = sorted({str(c).removesuffix("-dirty")[:12] for c in runs.git_commit})
+    wall = runs.groupby("seed").wall_time_s.max()
+    out = [f"Trials: {len(used)} (seeds {', '.join(map(str, used))}), {runs.lambda_exp.nunique()} λ each, "
+           f"trained to {cap:,} iterations (`authors` convention, float64, CPU, one thread per trial; "
+           f"{wall.min() / 60:.0f}–{wall.max() / 60:.0f} min per trial); the same runs read at {low_cap:,} "
+           f"(largest gap between the logging points used: {runs.interp_gap.max():.1%} of {low_cap:,})."
+           + (f" Skipped, still training: seeds {', '.join(map(str, skipped))}." if skipped else ""),
+           f"Git commits recorded by the runs: {', '.join(commits)}. Stop reasons: {stops}.", ""]
+    if check:
+        out += [check, ""]
+    verdicts = cells.pivot_table(index="metric", columns="cap", values="verdict",
+                                 aggfunc=lambda v: int((v == "consistent").sum()))
+    n_cells = cells.groupby("metric").lambda_exp.nunique()
+    out += ["Consistent cells (of the λ per metric) at each cap (a verdict needs at least five trials):", "",
+            f"| metric | table | at {low_cap:,} | at {cap:,} |", "|---|---|---|---|"]
+    for (name, _), table in zip(METRICS, TABLES[scheme]):
+        out.append(f"| {name} | {table} | {verdicts.loc[name, 'low']}/{n_cells[name]} | "
+                   f"{verdicts.loc[name, 'high']}/{n_cells[name]} |")
+    out += ["", "Per cell: our median over all trials, [5 %, 95 %] of the median of five of them, the same for "
+            "the std (ddof 1, the paper's reading), and the verdict; the change is the median over trials of "
+            "(value at the high cap − value at the low cap) / value at the low cap.", ""]
+    for (name, _), table in zip(METRICS, TABLES[scheme]):
+        out += [f"### {name} (Table {table})", "",
+                f"| λ | paper median (std) | at {low_cap:,}: median [5-trial range], std [range] | verdict | "
+                f"at {cap:,}: median [range], std [range] | verdict | change |", "|---|---|---|---|---|---|---|"]
+        sub = cells[cells.metric == name]
+        for lam in sorted(sub.lambda_exp.unique(), reverse=True):
+            lo, hi = (sub[(sub.lambda_exp == lam) & (sub.cap == c)].iloc[0] for c in ("low", "high"))
+            grp = runs[runs.lambda_exp == lam]
+            change = float(((grp[name] - grp[f"{name}_low"]) / grp[f"{name}_low"].abs()).median())
+            cols = [f"4^{lam}", f"{_fmt(lo.paper_median)} ({_fmt(lo.paper_std)})"]
+            for c in (lo, hi):
+                cols += [f"{_fmt(c['median'])} [{_fmt(c.median5_q05)}, {_fmt(c.median5_q95)}], "
+                         f"std [{_fmt(c.std5_q05)}, {_fmt(c.std5_q95)}]", str(c.verdict)]
+            out.append("| " + " | ".join(cols + [f"{change:+.2e}"]) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="scripts/cap_evidence.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("root", type=Path)
+    p.add_argument("scheme", choices=sorted(TABLES))
+    p.add_argument("d", type=int)
+    p.add_argument("m", type=int)
+    p.add_argument("low_cap", type=int)
+    p.add_argument("out", type=Path, nargs="?")
+    p.add_argument("--low-root", type=Path, help="runs trained with --max-iters LOW_CAP on some of the same trials")
+    args = p.parse_args(argv)
+    paths, used, skipped = complete_trials(args.root, args.scheme, args.d, args.m)
+    runs = runs_at_caps(paths, args.low_cap)
+    cells = judge(runs, load_reference(REFERENCE), args.scheme, args.d, args.m)
+    check = low_root_check(runs, args.low_root, args.scheme, args.d, args.m, args.low_cap) if args.low_root else ""
+    text = page(runs, cells, args.scheme, args.d, args.m, args.low_cap, used, skipped, check)
+    print(text, end="")
+    if args.out:
+        cap = int(runs.cap.iloc[0])
+        atomic_write_text(args.out, f"# Iteration cap: {args.scheme} d = {args.d}, m = {args.m}, "
+                          f"{args.low_cap:,} against {cap:,} iterations on the same trials\n\n"
+                          f"Generated by `python scripts/cap_evidence.py` ({' '.join(argv)}).\n\n{text}")
+        stem = args.out.with_suffix("")
+        atomic_write_text(Path(f"{stem}_cells.csv"), cells.to_csv(index=False))
+        keep = ["seed", "lambda_exp", "stop_reason", "iterations", "wall_time_s", "git_commit", "stop_reason_low",
+                "interp_gap"] + [c for name, _ in METRICS for c in (f"{name}_low", name)]
+        atomic_write_text(Path(f"{stem}_runs.csv"), runs[keep].to_csv(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
