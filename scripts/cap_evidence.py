@@ -30,7 +30,7 @@ import pandas as pd
 
 from shallowrelu.aggregate import load_reference, load_runs
 from shallowrelu.io import atomic_write_text, parse_lambda_tag
-from shallowrelu.verdicts import sampling_verdicts
+from shallowrelu.verdicts import RECOMMENDED_TRIALS, sampling_verdicts
 
 METRICS = [("max_angle_deg", "max_angle_pos_deg"), ("mean_angle_deg", "mean_angle_pos_deg"),
            ("nuclear_norm", "nuclear_norm")]
@@ -158,6 +158,10 @@ def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, l
     for (name, _), table in zip(METRICS, TABLES[scheme]):
         out.append(f"| {name} | {table} | {verdicts.loc[name, 'low']}/{n_cells[name]} | "
                    f"{verdicts.loc[name, 'high']}/{n_cells[name]} |")
+    if len(used) < RECOMMENDED_TRIALS:
+        out += ["", f"With {len(used)} trials the distribution of a five-trial median and std rests on few values "
+                f"(at 5, on one): these verdicts are weak; {RECOMMENDED_TRIALS} trials or more are recommended "
+                "(shallowrelu.verdicts)."]
     out += ["", "Per cell: our median over all trials, [5 %, 95 %] of the median of five of them, the same for "
             "the std (ddof 1, the paper's reading), and the verdict; the change is the median over trials of "
             "(value at the high cap − value at the low cap) / value at the low cap.", ""]

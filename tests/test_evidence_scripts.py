@@ -94,6 +94,7 @@ def test_cap_page(cap_roots, tmp_path, monkeypatch, capsys):
                           "--low-root", base / "low")
     assert code == 0
     assert "Trials: 6 (seeds 0, 1, 2, 3, 4, 5), 2 λ each, trained to 1,000 iterations" in out
+    assert "With 6 trials the distribution of a five-trial median and std rests on few values" in out
     check = next(line for line in out.splitlines() if line.startswith("Check of the reading"))
     assert "18 runs" not in check and "6 runs (seeds 0, 1, 2)" in check and "6 of 6 stop reasons agree" in check
     worst = [float(w.split(" (")[0]) for w in check.split("at most ")[1].split(" relative")[0].split(", ")]
