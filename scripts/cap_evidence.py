@@ -5,7 +5,10 @@ evidence grid's 2·10^6). A run's metrics at LOW_CAP are read from its own histo
 values if it stopped by then, else linear interpolation in the iteration between the two logging
 points around LOW_CAP (the ``--n-log`` points are log-spaced, ~2 % apart at 2·10^6 for the
 default 1000). Given LOW_ROOT, runs trained with ``--max-iters LOW_CAP`` on some of the same
-trials, the page states how far the interpolated values are from theirs.
+trials, the page states how far the interpolated values are from theirs; given GRID_CELLS (an
+evidence grid's ``*_cells.csv`` at LOW_CAP on the same seeds, e.g.
+docs/evidence/grid_d4_d16_d64_cap2e6_cells.csv), how far the medians read here are from that
+grid's, cell by cell.
 
 Every cell's verdict is ``verdicts.sampling_verdicts``'s (docs/report.md): where the paper's
 median and std fall in the sampling distribution of the median and std of five of our trials.
@@ -13,6 +16,7 @@ Only trials whose every λ has finished are used (a trial still training is list
 Every number comes from the runs' files.
 
     python scripts/cap_evidence.py ROOT SCHEME D M LOW_CAP [OUT.md] [--low-root LOW_ROOT]
+                                   [--grid-cells GRID_CELLS]
 
 Beside OUT.md it writes ``<stem>_cells.csv`` (every cell, both caps) and ``<stem>_runs.csv``
 (every run's metrics at both caps).
@@ -36,7 +40,8 @@ METRICS = [("max_angle_deg", "max_angle_pos_deg"), ("mean_angle_deg", "mean_angl
            ("nuclear_norm", "nuclear_norm")]
 TABLES = {"centred": (1, 3, 5), "uncentred": (2, 4, 6)}
 REFERENCE = Path(__file__).resolve().parents[1] / "data" / "reference_tables.csv"
-VERDICT_COLS = ["n", "median5_q05", "median5_q95", "median_p", "std5_q05", "std5_q95", "std_p", "verdict"]
+VERDICT_COLS = ["n", "median5_q05", "median5_q95", "median_p", "median_verdict", "std5_q05", "std5_q95", "std_p",
+                "std_verdict", "verdict"]
 
 
 def complete_trials(root: Path, scheme: str, d: int, m: int) -> tuple[list[Path], list[int], list[int]]:
@@ -90,7 +95,8 @@ def runs_at_caps(paths: list[Path], low_cap: int) -> pd.DataFrame:
 
 
 def judge(runs: pd.DataFrame, ref: pd.DataFrame, scheme: str, d: int, m: int) -> pd.DataFrame:
-    """One row per (metric, λ, cap ∈ low/high): the paper's median and std and the verdict columns."""
+    """One row per (metric, λ, cap ∈ low/high): the paper's median and std and the verdict columns
+    (with scheme, d, m, so that several pages' cells can be summed: scripts/cap_summary.py)."""
     rows, values = [], []
     for (name, _), table in zip(METRICS, TABLES[scheme]):
         for lam, grp in runs.groupby("lambda_exp", sort=False):
@@ -103,7 +109,7 @@ def judge(runs: pd.DataFrame, ref: pd.DataFrame, scheme: str, d: int, m: int) ->
                              "paper_std": np.nan if paper is None else paper.paper_std,
                              "median": float(grp[col].median())})
                 values.append(grp[col].to_numpy(float))
-    frame = pd.DataFrame(rows)
+    frame = pd.DataFrame(rows).assign(scheme=scheme, d=d, m=m)
     res = sampling_verdicts(values, frame.paper_median.to_numpy(float), frame.paper_std.to_numpy(float),
                             baselines=False)
     return pd.concat([frame, pd.DataFrame({c: res[c] for c in VERDICT_COLS})], axis=1)
@@ -129,6 +135,29 @@ def low_root_check(runs: pd.DataFrame, low_root: Path, scheme: str, d: int, m: i
             f"also trained with that cap; the values read from the histories differ from theirs by at most "
             + ", ".join(f"{v:.1e} ({n})" for n, v in worst.items())
             + f" relative, and {same_stop} of {len(pair)} stop reasons agree.")
+
+
+def grid_check(cells: pd.DataFrame, grid_cells: Path, scheme: str, d: int, m: int, low_cap: int) -> str:
+    """How far the medians read at LOW_CAP (``cells``, cap "low") are from an evidence grid's
+    (``grid_cells``: its cells CSV, trained to LOW_CAP), over the cells both hold with the same
+    number of trials; the grid's file names no seeds, so the caller vouches that they are the same."""
+    grid = pd.read_csv(grid_cells)
+    grid = grid[(grid.scheme == scheme) & (grid.d == d) & (grid.m == m)]
+    if (grid.iterations_max > low_cap).any():
+        raise ValueError(f"{grid_cells}: its {scheme} d = {d}, m = {m} runs went to {int(grid.iterations_max.max()):,} "
+                         f"iterations, beyond LOW_CAP = {low_cap:,}")
+    low = cells[cells.cap == "low"]
+    pair = low.merge(grid[["metric", "lambda_exp", "median", "n"]], on=["metric", "lambda_exp"],
+                     suffixes=("", "_grid"))
+    pair = pair[pair.n == pair.n_grid]
+    if pair.empty:
+        raise ValueError(f"{grid_cells} has no {scheme} d = {d}, m = {m} cell with the same number of trials "
+                         f"({int(low.n.max())})")
+    worst = {name: float(g["median"].sub(g.median_grid).abs().div(g.median_grid.abs()).max())
+             for name, g in pair.groupby("metric", sort=False)}
+    return (f"Check against the evidence grid at {low_cap:,} ({grid_cells.name}, {int(pair.n.iloc[0])} trials, "
+            f"{len(pair)} cells): its medians differ from those read here by at most "
+            + ", ".join(f"{v:.1e} ({n})" for n, v in worst.items()) + " relative.")
 
 
 def _fmt(x: float) -> str:
@@ -192,18 +221,24 @@ def main(argv: list[str]) -> int:
     p.add_argument("low_cap", type=int)
     p.add_argument("out", type=Path, nargs="?")
     p.add_argument("--low-root", type=Path, help="runs trained with --max-iters LOW_CAP on some of the same trials")
+    p.add_argument("--grid-cells", type=Path,
+                   help="an evidence grid's cells CSV trained to LOW_CAP on the same seeds (its medians compared)")
     args = p.parse_args(argv)
     paths, used, skipped = complete_trials(args.root, args.scheme, args.d, args.m)
     runs = runs_at_caps(paths, args.low_cap)
     cells = judge(runs, load_reference(REFERENCE), args.scheme, args.d, args.m)
+    cells["cap_iters"] = cells.cap.map({"low": args.low_cap, "high": int(runs.cap.iloc[0])})
     check = low_root_check(runs, args.low_root, args.scheme, args.d, args.m, args.low_cap) if args.low_root else ""
+    if args.grid_cells:
+        check = " ".join(filter(None, [check, grid_check(cells, args.grid_cells, args.scheme, args.d, args.m,
+                                                          args.low_cap)]))
     text = page(runs, cells, args.scheme, args.d, args.m, args.low_cap, used, skipped, check)
     print(text, end="")
     if args.out:
         cap = int(runs.cap.iloc[0])
         atomic_write_text(args.out, f"# Iteration cap: {args.scheme} d = {args.d}, m = {args.m}, "
                           f"{args.low_cap:,} against {cap:,} iterations on the same trials\n\n"
-                          f"Generated by `python scripts/cap_evidence.py` ({' '.join(argv)}).\n\n{text}")
+                          f"Generated by `python scripts/cap_evidence.py {' '.join(argv)}`.\n\n{text}")
         stem = args.out.with_suffix("")
         atomic_write_text(Path(f"{stem}_cells.csv"), cells.to_csv(index=False))
         keep = ["seed", "lambda_exp", "stop_reason", "iterations", "wall_time_s", "git_commit", "stop_reason_low",

@@ -129,3 +129,73 @@ def test_cap_page_skips_unfinished_trials_and_refuses_bad_caps(cap_roots, tmp_pa
         _cap_page(monkeypatch, capsys, root, "uncentred", 4, 200, 1000)
     with pytest.raises(ValueError, match="not LOW_CAP"):
         _cap_page(monkeypatch, capsys, root, "uncentred", 4, 200, low + 1, "--low-root", base / "low")
+
+
+def test_cap_page_grid_check(cap_roots, tmp_path, monkeypatch, capsys):
+    """--grid-cells: the medians read at the low cap against an evidence grid's cells CSV, matched by
+    (metric, λ) and trial count; a grid trained beyond the low cap or with no such cell is refused."""
+    base, low = cap_roots
+    _cap_page(monkeypatch, capsys, base / "high", "uncentred", 4, 200, low, tmp_path / "cap.md")
+    cells = pd.read_csv(tmp_path / "cap_cells.csv")
+    grid = cells[cells.cap == "low"][["metric", "lambda_exp", "median", "n"]].assign(
+        scheme="uncentred", d=4, m=200, iterations_max=low)
+    bump = (grid.metric == "nuclear_norm") & (grid.lambda_exp == -8)
+    grid.loc[bump, "median"] *= 1 + 3e-3
+    other = grid.assign(scheme="centred", median=grid["median"] * 2)  # another scheme: not compared
+    pd.concat([grid, other]).to_csv(tmp_path / "grid.csv", index=False)
+    code, out = _cap_page(monkeypatch, capsys, base / "high", "uncentred", 4, 200, low,
+                          "--grid-cells", tmp_path / "grid.csv")
+    assert code == 0
+    check = next(line for line in out.splitlines() if line.startswith("Check against the evidence grid"))
+    assert "6 trials, 6 cells" in check
+    worst = dict(w.rstrip(")").split(" (")[::-1] for w in check.split("at most ")[1].split(" relative")[0].split(", "))
+    assert float(worst["nuclear_norm"]) == pytest.approx(3e-3 / (1 + 3e-3), rel=1e-2)
+    assert float(worst["max_angle_deg"]) == 0.0 and float(worst["mean_angle_deg"]) == 0.0
+    grid.assign(iterations_max=low + 1).to_csv(tmp_path / "beyond.csv", index=False)
+    with pytest.raises(ValueError, match="beyond LOW_CAP"):
+        _cap_page(monkeypatch, capsys, base / "high", "uncentred", 4, 200, low, "--grid-cells", tmp_path / "beyond.csv")
+    grid.assign(n=5).to_csv(tmp_path / "fewer.csv", index=False)
+    with pytest.raises(ValueError, match="same number of trials"):
+        _cap_page(monkeypatch, capsys, base / "high", "uncentred", 4, 200, low, "--grid-cells", tmp_path / "fewer.csv")
+
+
+SUMMARY_SCRIPT = SCRIPT.parent / "cap_summary.py"
+
+
+def test_cap_summary(cap_roots, tmp_path, monkeypatch, capsys):
+    """scripts/cap_summary.py: consistent cells per table and d at both caps, summed from pages'
+    cells files; the same (scheme, d, m) on two pages, or a file without the columns, refused."""
+    base, low = cap_roots
+    _cap_page(monkeypatch, capsys, base / "high", "uncentred", 4, 200, low, tmp_path / "u4.md")
+    cells = pd.read_csv(tmp_path / "u4_cells.csv")
+    assert set(cells.cap_iters) == {low, 1000} and (cells.scheme == "uncentred").all() and (cells.d == 4).all()
+    # a second page: the same cells as if centred d = 16, every verdict at the high cap made consistent
+    other = cells.assign(scheme="centred", d=16, table=cells.table - 1)
+    other.loc[other.cap == "high", ["verdict", "median_verdict", "std_verdict"]] = "consistent"
+    other.to_csv(tmp_path / "c16_cells.csv", index=False)
+
+    def run(*argv):
+        monkeypatch.setattr(sys, "argv", [str(SUMMARY_SCRIPT), *map(str, argv)])
+        with pytest.raises(SystemExit) as exit_:
+            runpy.run_path(str(SUMMARY_SCRIPT), run_name="__main__")
+        return exit_.value.code, capsys.readouterr().out
+
+    code, out = run(tmp_path / "u4_cells.csv", tmp_path / "c16_cells.csv", "--out", tmp_path / "sum.md")
+    assert code == 0 and (tmp_path / "sum.md").read_text() == out
+    assert f"Consistent cells at {low:,} → at 1,000 iterations:" in out
+    assert "| table (metric, scheme) | d = 4, m = 200 | d = 16, m = 200 |" in out
+    ok = cells.verdict == "consistent"
+    for table, metric in ((6, "nuclear_norm"), (2, "max_angle_deg")):
+        sel = cells.metric == metric
+        lo, hi = int((ok & sel & (cells.cap == "low")).sum()), int((ok & sel & (cells.cap == "high")).sum())
+        assert f"| {table} ({metric}, uncentred) | {lo}/2 → {hi}/2 | – |" in out
+        lo_c = int((other[(other.metric == metric) & (other.cap == "low")].verdict == "consistent").sum())
+        assert f"| {table - 1} ({metric}, centred) | – | {lo_c}/2 → 2/2 |" in out
+    lo = int((ok & (cells.cap == "low")).sum()) * 2  # the second page's low-cap cells are the first's
+    hi = int((ok & (cells.cap == "high")).sum()) + 6
+    assert f"| consistent (median and std) | {lo}/12 ({lo / 12:.0%}) | {hi}/12 ({hi / 12:.0%}) |" in out
+    with pytest.raises(ValueError, match="more than once"):
+        run(tmp_path / "u4_cells.csv", tmp_path / "u4_cells.csv")
+    cells.drop(columns=["cap_iters"]).to_csv(tmp_path / "old_cells.csv", index=False)
+    with pytest.raises(ValueError, match=r"lacks the columns \['cap_iters'\]"):
+        run(tmp_path / "old_cells.csv")
