@@ -8,7 +8,8 @@ default 1000). Given LOW_ROOT, runs trained with ``--max-iters LOW_CAP`` on some
 trials, the page states how far the interpolated values are from theirs; given GRID_CELLS (an
 evidence grid's ``*_cells.csv`` at LOW_CAP on the same seeds, e.g.
 docs/evidence/grid_d4_d16_d64_cap2e6_cells.csv), how far the medians read here are from that
-grid's, cell by cell.
+grid's, cell by cell. ``--scan CAP...`` adds the consistent cells with the runs read at other caps
+(how the verdicts move with the cap).
 
 Every cell's verdict is ``verdicts.sampling_verdicts``'s (docs/report.md): where the paper's
 median and std fall in the sampling distribution of the median and std of five of our trials.
@@ -16,7 +17,7 @@ Only trials whose every λ has finished are used (a trial still training is list
 Every number comes from the runs' files.
 
     python scripts/cap_evidence.py ROOT SCHEME D M LOW_CAP [OUT.md] [--low-root LOW_ROOT]
-                                   [--grid-cells GRID_CELLS]
+                                   [--grid-cells GRID_CELLS] [--scan CAP...]
 
 Beside OUT.md it writes ``<stem>_cells.csv`` (every cell, both caps) and ``<stem>_runs.csv``
 (every run's metrics at both caps).
@@ -160,12 +161,30 @@ def grid_check(cells: pd.DataFrame, grid_cells: Path, scheme: str, d: int, m: in
             + ", ".join(f"{v:.1e} ({n})" for n, v in worst.items()) + " relative.")
 
 
+def cap_scan(paths: list[Path], caps: list[int], ref: pd.DataFrame, scheme: str, d: int, m: int) -> str:
+    """Markdown: the consistent cells per table (all verdicts; medians; stds) with every run read at
+    each of ``caps`` from its history, as at LOW_CAP (a view of how the verdicts move with the cap)."""
+    lines = ["Consistent cells with the runs read at other caps (cells / medians / stds, of the λ per table):", "",
+             "| cap | " + " | ".join(f"Table {t} ({name})" for (name, _), t in zip(METRICS, TABLES[scheme])) + " |",
+             "|---|" + "---|" * len(METRICS)]
+    for c in sorted(caps):
+        cells = judge(runs_at_caps(paths, c), ref, scheme, d, m)
+        cells = cells[cells.cap == "low"]
+        counts = []
+        for name, _ in METRICS:
+            g = cells[cells.metric == name]
+            counts.append(" / ".join(str(int((g[v] == "consistent").sum())) for v in
+                                     ("verdict", "median_verdict", "std_verdict")) + f" of {len(g)}")
+        lines.append(f"| {c:,} | " + " | ".join(counts) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _fmt(x: float) -> str:
     return "–" if not np.isfinite(x) else f"{x:.4g}"
 
 
 def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, low_cap: int,
-         used: list[int], skipped: list[int], check: str) -> str:
+         used: list[int], skipped: list[int], check: str, scan: str = "") -> str:
     cap = int(runs.cap.iloc[0])
     stops = {k: {s: int(c) for s, c in runs[col].value_counts().items()}
              for k, col in ((f"{low_cap:,}", "stop_reason_low"), (f"{cap:,}", "stop_reason"))}
@@ -191,6 +210,8 @@ def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, l
         out += ["", f"With {len(used)} trials the distribution of a five-trial median and std rests on few values "
                 f"(at 5, on one): these verdicts are weak; {RECOMMENDED_TRIALS} trials or more are recommended "
                 "(shallowrelu.verdicts)."]
+    if scan:
+        out += ["", scan.rstrip("\n")]
     out += ["", "Per cell: our median over all trials, [5 %, 95 %] of the median of five of them, the same for "
             "the std (ddof 1, the paper's reading), and the verdict; the change is the median over trials of "
             "(value at the high cap − value at the low cap) / value at the low cap.", ""]
@@ -223,6 +244,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--low-root", type=Path, help="runs trained with --max-iters LOW_CAP on some of the same trials")
     p.add_argument("--grid-cells", type=Path,
                    help="an evidence grid's cells CSV trained to LOW_CAP on the same seeds (its medians compared)")
+    p.add_argument("--scan", type=int, nargs="+", default=[], metavar="CAP",
+                   help="also count the consistent cells with the runs read at each of these caps")
     args = p.parse_args(argv)
     paths, used, skipped = complete_trials(args.root, args.scheme, args.d, args.m)
     runs = runs_at_caps(paths, args.low_cap)
@@ -232,7 +255,8 @@ def main(argv: list[str]) -> int:
     if args.grid_cells:
         check = " ".join(filter(None, [check, grid_check(cells, args.grid_cells, args.scheme, args.d, args.m,
                                                           args.low_cap)]))
-    text = page(runs, cells, args.scheme, args.d, args.m, args.low_cap, used, skipped, check)
+    scan = cap_scan(paths, args.scan, load_reference(REFERENCE), args.scheme, args.d, args.m) if args.scan else ""
+    text = page(runs, cells, args.scheme, args.d, args.m, args.low_cap, used, skipped, check, scan)
     print(text, end="")
     if args.out:
         cap = int(runs.cap.iloc[0])

@@ -199,3 +199,22 @@ def test_cap_summary(cap_roots, tmp_path, monkeypatch, capsys):
     cells.drop(columns=["cap_iters"]).to_csv(tmp_path / "old_cells.csv", index=False)
     with pytest.raises(ValueError, match=r"lacks the columns \['cap_iters'\]"):
         run(tmp_path / "old_cells.csv")
+
+
+def test_cap_page_scan(cap_roots, tmp_path, monkeypatch, capsys):
+    """--scan: the counts at a scanned cap are those of the page's own reading at that cap (LOW_CAP
+    and the high cap as scanned caps reproduce the summary's two columns)."""
+    base, low = cap_roots
+    code, out = _cap_page(monkeypatch, capsys, base / "high", "uncentred", 4, 200, low, tmp_path / "p.md",
+                          "--scan", 999, low)
+    assert code == 0
+    cells = pd.read_csv(tmp_path / "p_cells.csv")
+    rows = {line.split(" |")[0].strip("| "): line for line in out.splitlines()
+            if line.startswith(("| 999 |", f"| {low:,} |"))}
+    assert set(rows) == {"999", f"{low:,}"}
+    lo = cells[cells.cap == "low"]
+    for name, table in (("max_angle_deg", 2), ("mean_angle_deg", 4), ("nuclear_norm", 6)):
+        g = lo[lo.metric == name]
+        want = " / ".join(str(int((g[v] == "consistent").sum())) for v in ("verdict", "median_verdict", "std_verdict"))
+        assert f"{want} of 2" in rows[f"{low:,}"].split(" | ")[1 + [2, 4, 6].index(table)]
+    assert out.index("Consistent cells with the runs read at other caps") < out.index("Per cell:")
