@@ -8,8 +8,9 @@ default 1000). Given LOW_ROOT, runs trained with ``--max-iters LOW_CAP`` on some
 trials, the page states how far the interpolated values are from theirs; given GRID_CELLS (an
 evidence grid's ``*_cells.csv`` at LOW_CAP on the same seeds, e.g.
 docs/evidence/grid_d4_d16_d64_cap2e6_cells.csv), how far the medians read here are from that
-grid's, cell by cell. ``--scan CAP...`` adds the consistent cells with the runs read at other caps
-(how the verdicts move with the cap).
+grid's, cell by cell. ``--scan CAP...`` adds the consistent cells with the runs read at other caps,
+``--scan-targets T...`` as if each run had stopped at the loss target T (the first logging point
+whose mean r² is below T): how the verdicts move with the stopping rule.
 
 Every cell's verdict is ``verdicts.sampling_verdicts``'s (docs/report.md): where the paper's
 median and std fall in the sampling distribution of the median and std of five of our trials.
@@ -18,6 +19,7 @@ Every number comes from the runs' files.
 
     python scripts/cap_evidence.py ROOT SCHEME D M LOW_CAP [OUT.md] [--low-root LOW_ROOT]
                                    [--grid-cells GRID_CELLS] [--scan CAP...]
+                                   [--scan-targets T...]
 
 Beside OUT.md it writes ``<stem>_cells.csv`` (every cell, both caps) and ``<stem>_runs.csv``
 (every run's metrics at both caps).
@@ -161,21 +163,45 @@ def grid_check(cells: pd.DataFrame, grid_cells: Path, scheme: str, d: int, m: in
             + ", ".join(f"{v:.1e} ({n})" for n, v in worst.items()) + " relative.")
 
 
-def cap_scan(paths: list[Path], caps: list[int], ref: pd.DataFrame, scheme: str, d: int, m: int) -> str:
-    """Markdown: the consistent cells per table (all verdicts; medians; stds) with every run read at
-    each of ``caps`` from its history, as at LOW_CAP (a view of how the verdicts move with the cap)."""
-    lines = ["Consistent cells with the runs read at other caps (cells / medians / stds, of the λ per table):", "",
-             "| cap | " + " | ".join(f"Table {t} ({name})" for (name, _), t in zip(METRICS, TABLES[scheme])) + " |",
-             "|---|" + "---|" * len(METRICS)]
-    for c in sorted(caps):
-        cells = judge(runs_at_caps(paths, c), ref, scheme, d, m)
+def at_loss_target(npz: Path, target: float) -> dict[str, float]:
+    """A run's METRICS at the first logging point whose training loss (the stop test's mean r²) is
+    below ``target``, or at its last one if none is: the run as if it had stopped at that target."""
+    with np.load(npz) as h:
+        below = np.nonzero(h["history_loss"] < target)[0]
+        k = int(below[0]) if below.size else int(h["history_iteration"].size - 1)
+        return {name: float(h[f"history_{key}"][k]) for name, key in METRICS}
+
+
+def runs_at_target(runs: pd.DataFrame, paths: list[Path], target: float) -> pd.DataFrame:
+    """``runs`` with the ``<metric>_low`` columns read at the loss target ``target`` instead."""
+    low = [{"seed": int(p.parent.name[4:]), "lambda_exp": parse_lambda_tag(p.stem[3:]),
+            **{f"{name}_low": v for name, v in at_loss_target(p.with_suffix(".npz"), target).items()}}
+           for p in paths]
+    keep = runs.drop(columns=[f"{name}_low" for name, _ in METRICS])
+    return keep.merge(pd.DataFrame(low), on=["seed", "lambda_exp"], validate="one_to_one")
+
+
+def cap_scan(paths: list[Path], runs: pd.DataFrame, caps: list[int], targets: list[float], ref: pd.DataFrame,
+             scheme: str, d: int, m: int) -> str:
+    """Markdown: the consistent cells per table (all verdicts; medians; stds) with every run read
+    from its history at each of ``caps`` (as at LOW_CAP), then as if it had stopped at each loss
+    target of ``targets`` (a view of how the verdicts move with the stopping rule)."""
+    lines = ["Consistent cells with the runs read at other caps or loss targets (cells / medians / stds, of "
+             "the λ per table; a loss target: each run read at the first logging point whose mean r² is below "
+             "it, the runs' own target being 10^-9):", "",
+             "| reading | " + " | ".join(f"Table {t} ({name})" for (name, _), t in zip(METRICS, TABLES[scheme]))
+             + " |", "|---|" + "---|" * len(METRICS)]
+    readings = [(f"cap {c:,}", lambda c=c: runs_at_caps(paths, c)) for c in sorted(caps)]
+    readings += [(f"loss target {t:.0e}", lambda t=t: runs_at_target(runs, paths, t)) for t in sorted(targets)]
+    for label, read in readings:
+        cells = judge(read(), ref, scheme, d, m)
         cells = cells[cells.cap == "low"]
         counts = []
         for name, _ in METRICS:
             g = cells[cells.metric == name]
             counts.append(" / ".join(str(int((g[v] == "consistent").sum())) for v in
                                      ("verdict", "median_verdict", "std_verdict")) + f" of {len(g)}")
-        lines.append(f"| {c:,} | " + " | ".join(counts) + " |")
+        lines.append(f"| {label} | " + " | ".join(counts) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -246,6 +272,8 @@ def main(argv: list[str]) -> int:
                    help="an evidence grid's cells CSV trained to LOW_CAP on the same seeds (its medians compared)")
     p.add_argument("--scan", type=int, nargs="+", default=[], metavar="CAP",
                    help="also count the consistent cells with the runs read at each of these caps")
+    p.add_argument("--scan-targets", type=float, nargs="+", default=[], metavar="T",
+                   help="... and as if each run had stopped at the loss target T (mean r² below T)")
     args = p.parse_args(argv)
     paths, used, skipped = complete_trials(args.root, args.scheme, args.d, args.m)
     runs = runs_at_caps(paths, args.low_cap)
@@ -255,7 +283,11 @@ def main(argv: list[str]) -> int:
     if args.grid_cells:
         check = " ".join(filter(None, [check, grid_check(cells, args.grid_cells, args.scheme, args.d, args.m,
                                                           args.low_cap)]))
-    scan = cap_scan(paths, args.scan, load_reference(REFERENCE), args.scheme, args.d, args.m) if args.scan else ""
+    bad = [t for t in args.scan_targets if not t > 0] + [c for c in args.scan if c < 1]
+    if bad:
+        raise ValueError(f"--scan caps must be ≥ 1 and --scan-targets > 0, not {bad}")
+    scan = (cap_scan(paths, runs, args.scan, args.scan_targets, load_reference(REFERENCE), args.scheme, args.d,
+                     args.m) if args.scan or args.scan_targets else "")
     text = page(runs, cells, args.scheme, args.d, args.m, args.low_cap, used, skipped, check, scan)
     print(text, end="")
     if args.out:

@@ -210,11 +210,44 @@ def test_cap_page_scan(cap_roots, tmp_path, monkeypatch, capsys):
     assert code == 0
     cells = pd.read_csv(tmp_path / "p_cells.csv")
     rows = {line.split(" |")[0].strip("| "): line for line in out.splitlines()
-            if line.startswith(("| 999 |", f"| {low:,} |"))}
-    assert set(rows) == {"999", f"{low:,}"}
+            if line.startswith(("| cap 999 |", f"| cap {low:,} |"))}
+    assert set(rows) == {"cap 999", f"cap {low:,}"}
     lo = cells[cells.cap == "low"]
     for name, table in (("max_angle_deg", 2), ("mean_angle_deg", 4), ("nuclear_norm", 6)):
         g = lo[lo.metric == name]
         want = " / ".join(str(int((g[v] == "consistent").sum())) for v in ("verdict", "median_verdict", "std_verdict"))
-        assert f"{want} of 2" in rows[f"{low:,}"].split(" | ")[1 + [2, 4, 6].index(table)]
+        assert f"{want} of 2" in rows[f"cap {low:,}"].split(" | ")[1 + [2, 4, 6].index(table)]
     assert out.index("Consistent cells with the runs read at other caps") < out.index("Per cell:")
+
+
+def test_cap_page_scan_targets(cap_roots, tmp_path, monkeypatch, capsys):
+    """--scan-targets: a run read at the first logging point whose loss is below the target (its last
+    one if none is): a target no run reaches gives the high cap's verdicts, one above every initial
+    loss the initial state's metrics; bad values are refused."""
+    base, low = cap_roots
+    code, out = _cap_page(monkeypatch, capsys, base / "high", "uncentred", 4, 200, low, tmp_path / "p.md",
+                          "--scan-targets", 1e-300)
+    assert code == 0
+    cells = pd.read_csv(tmp_path / "p_cells.csv")
+    hi = cells[cells.cap == "high"]
+    row = next(line for line in out.splitlines() if line.startswith("| loss target 1e-300 |"))
+    cols = [c.strip() for c in row.strip("|").split("|")]
+    for i, name in enumerate(("max_angle_deg", "mean_angle_deg", "nuclear_norm")):
+        g = hi[hi.metric == name]
+        want = " / ".join(str(int((g[v] == "consistent").sum())) for v in ("verdict", "median_verdict", "std_verdict"))
+        assert cols[1 + i] == f"{want} of 2"
+    sys.path.insert(0, str(CAP_SCRIPT.parent))
+    try:
+        import cap_evidence
+    finally:
+        sys.path.remove(str(CAP_SCRIPT.parent))
+    npz = base / "high" / "uncentred" / "d4" / "m200" / "seed0" / "lamm8.npz"
+    with np.load(npz) as h:
+        first = float(h["history_nuclear_norm"][0])
+        losses, norms = h["history_loss"], h["history_nuclear_norm"]
+    assert cap_evidence.at_loss_target(npz, 1e300)["nuclear_norm"] == first
+    mid = float(np.sort(losses)[losses.size // 2])  # a target some logging point is below
+    k = int(np.nonzero(losses < mid)[0][0])
+    assert cap_evidence.at_loss_target(npz, mid)["nuclear_norm"] == float(norms[k])
+    with pytest.raises(ValueError, match=r"--scan-targets > 0, not \[0.0\]"):
+        _cap_page(monkeypatch, capsys, base / "high", "uncentred", 4, 200, low, "--scan-targets", 0)
