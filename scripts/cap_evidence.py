@@ -217,8 +217,9 @@ def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, l
     commits = sorted({str(c).removesuffix("-dirty")[:12] for c in runs.git_commit})
     wall = runs.groupby("seed").wall_time_s.max()
     out = [f"Trials: {len(used)} (seeds {', '.join(map(str, used))}), {runs.lambda_exp.nunique()} λ each, "
-           f"trained to {cap:,} iterations (`authors` convention, float64, CPU, one thread per trial; "
-           f"{wall.min() / 60:.0f}–{wall.max() / 60:.0f} min per trial); the same runs read at {low_cap:,} "
+           f"trained to {cap:,} iterations (`authors` convention, float64, CPU, one thread per training "
+           f"process; {wall.min() / 60:.0f}–{wall.max() / 60:.0f} min of the process's wall time until a "
+           f"trial's last run stopped, shared by the trials of one process); the same runs read at {low_cap:,} "
            f"(largest gap between the logging points used: {runs.interp_gap.max():.1%} of {low_cap:,})."
            + (f" Skipped, still training: seeds {', '.join(map(str, skipped))}." if skipped else ""),
            f"Git commits recorded by the runs: {', '.join(commits)}. Stop reasons: {stops}.", ""]
