@@ -253,3 +253,41 @@ def test_cap_page_scan_targets(cap_roots, tmp_path, monkeypatch, capsys):
     assert cap_evidence.at_loss_target(npz, mid)["nuclear_norm"] == float(norms[k])
     with pytest.raises(ValueError, match=r"--scan-targets > 0, not \[0.0\]"):
         _cap_page(monkeypatch, capsys, base / "high", "uncentred", 4, 200, low, "--scan-targets", 0)
+
+
+POOL_SCRIPT = SCRIPT.parent / "cap_pool.py"
+
+
+def test_cap_pool(cap_roots, tmp_path, monkeypatch, capsys):
+    """scripts/cap_pool.py: two pages on seeds 0–2 and 3–5 pooled judge the same cells as one page
+    of all six; pages sharing a seed or differing in (scheme, d, m, caps) refused."""
+    base, low = cap_roots
+    src = base / "high" / "uncentred" / "d4" / "m200"
+    for name, seeds in (("a", range(3)), ("b", range(3, 6))):
+        dst = tmp_path / name / "uncentred" / "d4" / "m200"
+        dst.mkdir(parents=True)
+        for s in seeds:
+            (dst / f"seed{s}").symlink_to(src / f"seed{s}")
+        page = tmp_path / f"{name}.md"
+        assert _cap_page(monkeypatch, capsys, tmp_path / name, "uncentred", 4, 200, low, page)[0] == 0
+    assert _cap_page(monkeypatch, capsys, base / "high", "uncentred", 4, 200, low, tmp_path / "all.md")[0] == 0
+
+    def run(*argv):
+        monkeypatch.setattr(sys, "argv", [str(POOL_SCRIPT), *map(str, argv)])
+        with pytest.raises(SystemExit) as exit_:
+            runpy.run_path(str(POOL_SCRIPT), run_name="__main__")
+        return exit_.value.code, capsys.readouterr().out
+
+    code, out = run(tmp_path / "a.md", tmp_path / "b.md", tmp_path / "pool.md")
+    assert code == 0 and "Trials: 6 (seeds 0, 1, 2, 3, 4, 5)" in out and "(seeds 3–5, 3 trials)" in out
+    assert (tmp_path / "pool.md").read_text().startswith("# Iteration cap: uncentred d = 4")
+    pooled, whole = (pd.read_csv(tmp_path / f"{n}_cells.csv") for n in ("pool", "all"))
+    cols = ["metric", "lambda_exp", "cap", "cap_iters", "median", "median5_q05", "median5_q95", "median_verdict",
+            "std_verdict", "verdict"]
+    pd.testing.assert_frame_equal(pooled[cols], whole[cols])
+    with pytest.raises(ValueError, match="more than one page"):
+        run(tmp_path / "a.md", tmp_path / "a.md", tmp_path / "x.md")
+    cells = pd.read_csv(tmp_path / "b_cells.csv")
+    cells.assign(d=16).to_csv(tmp_path / "b_cells.csv", index=False)
+    with pytest.raises(ValueError, match="must share scheme, d, m and both caps"):
+        run(tmp_path / "a.md", tmp_path / "b.md", tmp_path / "x.md")
