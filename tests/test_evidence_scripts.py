@@ -291,3 +291,6 @@ def test_cap_pool(cap_roots, tmp_path, monkeypatch, capsys):
     cells.assign(d=16).to_csv(tmp_path / "b_cells.csv", index=False)
     with pytest.raises(ValueError, match="must share scheme, d, m and both caps"):
         run(tmp_path / "a.md", tmp_path / "b.md", tmp_path / "x.md")
+    cells.drop(columns=["cap_iters"]).to_csv(tmp_path / "b_cells.csv", index=False)
+    with pytest.raises(ValueError, match=r"lacks the columns \['cap_iters'\]"):
+        run(tmp_path / "a.md", tmp_path / "b.md", tmp_path / "x.md")
