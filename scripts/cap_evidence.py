@@ -309,5 +309,15 @@ def write_page(out: Path, title: str, command: str, text: str, cells: pd.DataFra
     atomic_write_text(Path(f"{stem}_runs.csv"), runs[keep].to_csv(index=False))
 
 
+def read_cells(path: Path, needed: set[str]) -> pd.DataFrame:
+    """A ``<stem>_cells.csv`` written by write_page; one without the ``needed`` columns (an older
+    page's) is refused with those columns named."""
+    cells = pd.read_csv(path)
+    missing = needed - set(cells.columns)
+    if missing:
+        raise ValueError(f"{path} lacks the columns {sorted(missing)}: regenerate it with scripts/cap_evidence.py")
+    return cells
+
+
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -32,11 +32,7 @@ def load_pages(pages: list[Path]) -> tuple[pd.DataFrame, tuple[str, int, int, in
         for f in (runs_csv, cells_csv):
             if not f.is_file():
                 raise ValueError(f"{page}: {f} is missing (written by scripts/cap_evidence.py beside the page)")
-        cells = pd.read_csv(cells_csv)
-        missing = {"scheme", "d", "m", "cap", "cap_iters"} - set(cells.columns)
-        if missing:
-            raise ValueError(f"{cells_csv} lacks the columns {sorted(missing)}: regenerate it with "
-                             "scripts/cap_evidence.py")
+        cells = cap_evidence.read_cells(cells_csv, {"scheme", "d", "m", "cap", "cap_iters"})
         caps = dict(zip(cells.cap, cells.cap_iters))
         keys[page] = (str(cells.scheme.iloc[0]), int(cells.d.iloc[0]), int(cells.m.iloc[0]),
                       int(caps["low"]), int(caps["high"]))

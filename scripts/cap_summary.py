@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from shallowrelu.io import atomic_write_text
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cap_evidence  # noqa: E402  (a sibling script, not a package)
+
+from shallowrelu.io import atomic_write_text  # noqa: E402
 
 NEEDED = {"scheme", "d", "m", "table", "metric", "lambda_exp", "cap", "cap_iters", "median_verdict", "std_verdict",
           "verdict"}
@@ -21,14 +24,7 @@ NEEDED = {"scheme", "d", "m", "table", "metric", "lambda_exp", "cap", "cap_iters
 
 def load_cells(paths: list[Path]) -> pd.DataFrame:
     """The cells of every page; each cell may come from one page only."""
-    frames = []
-    for p in paths:
-        f = pd.read_csv(p)
-        missing = NEEDED - set(f.columns)
-        if missing:
-            raise ValueError(f"{p} lacks the columns {sorted(missing)}: regenerate it with scripts/cap_evidence.py")
-        frames.append(f)
-    cells = pd.concat(frames, ignore_index=True)
+    cells = pd.concat([cap_evidence.read_cells(p, NEEDED) for p in paths], ignore_index=True)
     twice = cells[cells.duplicated(["scheme", "d", "m", "metric", "lambda_exp", "cap"])]
     if len(twice):
         raise ValueError("cells given more than once (one page per (scheme, d, m)): "
