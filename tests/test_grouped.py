@@ -215,8 +215,8 @@ def test_torch_gram_only_where_it_pays(monkeypatch, counters, kernel):
     for spec, res in zip(specs, train(specs, cfg, progress=False)):
         _check(res, spec, 3000, 8)
     assert counters["group_neurons"] > 0 and counters["torch_gram_groups"] == 0 and counters["uncertain_neurons"] == 0
-    one = torch.tensor([10])
-    assert gram.saved_ops(one, torch.tensor([2]), torch.tensor([0]), 1024, 1024) == 4.0 * 1024**2 - 200 - 120
+    counts = (torch.tensor([10, 10]), torch.tensor([2, 3]), torch.tensor([0, 0]))
+    assert gram.saved_ops(torch.tensor([True, False]), *counts, 1024, 1024) == 4.0 * 1024**2 - 200 - 120
 
 
 def test_torch_gram_choice(monkeypatch, kernel):

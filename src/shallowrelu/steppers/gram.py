@@ -59,9 +59,10 @@ def step_ops(points: torch.Tensor, members: torch.Tensor) -> torch.Tensor:
     return 2.0 * p * p + 6.0 * m * p
 
 
-def saved_ops(points: torch.Tensor, members: torch.Tensor, uncertain: torch.Tensor, n: int, d: int) -> float:
-    """Float64 operations per step that the groups :func:`choose` admits save against the n-masks."""
-    ok = choose(points, members, uncertain, n, d)
+def saved_ops(ok: torch.Tensor, points: torch.Tensor, members: torch.Tensor, uncertain: torch.Tensor, n: int,
+              d: int) -> float:
+    """Float64 operations per step that the groups ``ok`` (:func:`choose` of the same counts) save
+    against the n-masks."""
     return float((4.0 * n * d - step_ops((points + uncertain)[ok], members[ok])).sum())
 
 
@@ -91,9 +92,10 @@ class GramGroups:
     """The Gram groups ``which`` (G,) of a GroupSet: their points padded to P columns (a one-neuron
     group's *uncertain* points, ``unc_ptr``/``unc`` CSR, after its certain ones: active where the
     neuron's tracked pre-activation is > 0, as kernels._gram_group), K_P, and per member (``mg`` its
-    index among the GroupSet's members, ``zg`` its group's row here) the coordinates Z, the
-    accumulated coefficients C and umax, the largest bound |c·a_j|·‖g‖ on one step's change of a
-    coordinate of w_j since :meth:`setup` (for the frozen rule of :meth:`flush`)."""
+    index among the GroupSet's members, ``zg`` its group's row here) the coordinates Z and the
+    accumulated coefficients C. umax, the largest bound |c·a_j|·‖g‖ on one step's change of a
+    coordinate of w_j since setup (the frozen rule of :meth:`flush`), is GramSet's: one buffer for
+    all classes, each class's share given to flush."""
 
     def __init__(self, Xg: torch.Tensor, Q: int, slot: torch.Tensor, pts_ptr: torch.Tensor, pts: torch.Tensor,
                  gid: torch.Tensor, which: torch.Tensor, unc_ptr: torch.Tensor, unc: torch.Tensor):
@@ -145,7 +147,6 @@ class GramGroups:
         self.unit = (2.0 * (self.d + 2) + 4.0 * counts.to(dt)) * u  # per group: K's entries, the sums over P
         self.Z = torch.zeros(Ng, P, dtype=dt, device=dev)
         self.C = torch.zeros_like(self.Z)
-        self.umax = torch.zeros(Ng, dtype=dt, device=dev)
         self.kv = torch.zeros(Gg, P, dtype=dt, device=dev)  # K_P v of the current step
         self.certain_f = (real & ~self.uncertain).to(dt)  # the points that count: certain_f + uncertain_f·[Z > 0]
         self.uncertain_f = self.uncertain.to(dt)
@@ -162,23 +163,23 @@ class GramGroups:
 
     def setup(self, W: torch.Tensor) -> None:
         """Z = the members' pre-activations on their points from the GroupSet's weights W (zero on
-        padding), C = 0, umax = 0 (one batched product per chunk of members)."""
+        padding), C = 0 (one batched product per chunk of members)."""
         Wm = W[self.members]
         for sl, rows in self._member_chunks():
             torch.mul(torch.bmm(rows, Wm[sl, :, None]).squeeze(-1), self.mask[self.zg[sl]], out=self.Z[sl])
         self.C.zero_()
-        self.umax.zero_()
 
-    def flush(self, W: torch.Tensor) -> None:
+    def flush(self, W: torch.Tensor, umax: torch.Tensor) -> None:
         """W ← W + X_Pᵀ C for the members (the steps since :meth:`setup`; C is zero on padding, where
-        the direction is), except coordinates no step could change: where w ± umax rounds to w every
+        the direction is), except coordinates no step could change: where w ± umax (the members'
+        largest bound on one step's change since setup) rounds to w every
         step's update rounded away in the step-by-step arithmetic, so the coordinate keeps its value
         there too (the frozen rule)."""
         Wm = W[self.members]
         acc = torch.empty_like(Wm)
         for sl, rows in self._member_chunks():
             torch.bmm(self.C[sl, None, :], rows, out=acc[sl, None, :])
-        um = self.umax[:, None]
+        um = umax[:, None]
         keep = (Wm + um == Wm) & (Wm - um == Wm)
         Wm.copy_(torch.where(keep, Wm, Wm + acc))
 
@@ -262,19 +263,21 @@ class GramSet:
             cells = slice(off, off + g.flat_at.numel())
             gs = slice(g.groups.start - g0, g.groups.stop - g0)
             ms = slice(g.members.start - m0, g.members.stop - m0)
-            g.umax = self.umax[ms]  # flush reads it per class
             shape = g.flat_at.shape
             per_cell = (x[cells].view(shape) for x in (self.hz, self.pos, self.v, self.v_abs))
             self.views.append(_ClassViews(g, ms, *per_cell, self.s_abs[gs], self.vkv[gs], self.sc[ms], self.zv[ms]))
             off = cells.stop
 
     def setup(self, W: torch.Tensor) -> None:
+        """Each class's Z and C from the weights W; umax = 0."""
         for g in self.parts:
             g.setup(W)
+        self.umax.zero_()
 
     def flush(self, W: torch.Tensor) -> None:
-        for g in self.parts:
-            g.flush(W)
+        """Each class's members' W brought up to date (GramGroups.flush with its share of umax)."""
+        for c in self.views:
+            c.g.flush(W, self.umax[c.ms])
 
     def h(self, out: torch.Tensor, a: torch.Tensor) -> None:
         """Add the groups' share Σ_j a_j relu(Z_ji) of h at their points to ``out`` (SQ, n) (Z_ji > 0

@@ -289,8 +289,9 @@ def torch_gram_layout(layout: Layout, exact: torch.Tensor, n: int, d: int, devic
         return layout, exact, False
     # the decision from the groups' counts on the host (three transfers, not three per group)
     pts, unc_n, mem = layout.pattern.sum(1).cpu(), layout.uncertain.sum(1).cpu(), layout.sizes.cpu()
-    use = gram_groups.worth(gram_groups.saved_ops(pts, mem, unc_n, n, d), device_type)
-    drop = (layout.single.cpu() & ~(gram_groups.choose(pts, mem, unc_n, n, d) & use)).to(exact.device)
+    ok = gram_groups.choose(pts, mem, unc_n, n, d)
+    use = gram_groups.worth(gram_groups.saved_ops(ok, pts, mem, unc_n, n, d), device_type)
+    drop = (layout.single.cpu() & ~(ok & use)).to(exact.device)
     exact = exact.clone()
     exact[layout.run[drop], layout.neurons[layout.ptr[:-1][drop]]] = True  # one neuron each
     return layout.take(torch.nonzero(~drop).flatten()), exact, use
