@@ -172,9 +172,9 @@ class GramGroups:
     def flush(self, W: torch.Tensor, umax: torch.Tensor) -> None:
         """W ← W + X_Pᵀ C for the members (the steps since :meth:`setup`; C is zero on padding, where
         the direction is), except coordinates no step could change: where w ± umax (the members'
-        largest bound on one step's change since setup) rounds to w every
-        step's update rounded away in the step-by-step arithmetic, so the coordinate keeps its value
-        there too (the frozen rule)."""
+        largest bound on one step's change since setup) rounds to w, every step's update rounded
+        away in the step-by-step arithmetic, so the coordinate keeps its value there too (the
+        frozen rule)."""
         Wm = W[self.members]
         acc = torch.empty_like(Wm)
         for sl, rows in self._member_chunks():
