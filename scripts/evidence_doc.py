@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from shallowrelu.aggregate import run_commits
+
 KEY = ["scheme", "d", "m", "lambda_exp"]
 NAMED = [  # (scheme, d, lambda_exp, metric): the cells issue 15 quotes
     ("centred", 4, -8, "max_angle_deg"), ("centred", 16, -4, "max_angle_deg"), ("centred", 16, -8, "max_angle_deg"),
@@ -46,9 +48,10 @@ def run_summary(root: Path) -> str:
     runs = pd.read_csv(root / "tables" / "runs.csv")
     recs = [json.loads(p.read_text()) for p in sorted((root / "runs").glob("*/d*/m*/seed*/lam*.json"))]
     caps = sorted({r["config"]["max_iters"] for r in recs})
-    commits = sorted({(r["provenance"].get("git_commit") or "?").removesuffix("-dirty") for r in recs})
-    n_dirty = sum(str(r["provenance"].get("git_commit", "")).endswith("-dirty") for r in recs)
-    rewritten = [c for c in commits if c != "?" and not _in_history(c)]
+    per_run = [run_commits(r["provenance"]).split("+") for r in recs]  # each process's commit
+    commits = sorted({(c or "?").removesuffix("-dirty") for cs in per_run for c in cs})
+    n_dirty = sum(any(c.endswith("-dirty") for c in cs) for cs in per_run)
+    rewritten = [c for c in commits if c not in ("?", "unrecorded") and not _in_history(c)]
     stops = runs.groupby(["scheme", "d"])["stop_reason"].value_counts().unstack(fill_value=0)
     trials = runs.groupby(["scheme", "d"])["seed"].nunique().rename("trials")
     wall = runs.groupby(["scheme", "d"])["wall_time_s"].max().rename("longest job (s)")

@@ -380,3 +380,17 @@ def test_compute_time_counts_a_training_process_once():
     trial = ["scheme", "d", "m", "seed", "loss_convention"]
     assert compute_time_s(g, batches, trial) == 9.0 + 4.0  # the process's 9 s once; seed 2 alone: 4 s
     assert compute_time_s(g, {}, trial) == 7.0 + 9.0 + 4.0  # nothing recorded: per trial
+
+
+def test_provenance_lists_each_commit_of_a_resumed_run():
+    """runs.csv gives a run resumed under other code as 'a+b' (aggregate.run_commits); the
+    provenance table lists the commits one by one."""
+    from shallowrelu.report.provenance import provenance_table
+
+    runs = pd.DataFrame([("centred", 4, 200, 0, -2, "authors", 10, "max_iters", 1.0, "cpu", "aaa+bbb"),
+                         ("centred", 4, 200, 1, -2, "authors", 10, "max_iters", 1.0, "cpu", "bbb")],
+                        columns=["scheme", "d", "m", "seed", "lambda_exp", "loss_convention", "iterations",
+                                 "stop_reason", "wall_time_s", "device", "git_commit"])
+    reference = pd.DataFrame([("centred", 4, 200, 7)], columns=["scheme", "d", "m", "figure"])
+    table = provenance_table(runs, reference, [])
+    assert set(table["git_commits"]) == {"aaa; bbb"}

@@ -176,6 +176,64 @@ def test_kill_between_run_files_and_checkpoint(tmp_path, monkeypatch, capsys, re
     assert first.stat().st_mtime_ns == mtime and hashlib.sha256(first.read_bytes()).hexdigest() == digest
 
 
+def _as_process(monkeypatch, commit: str) -> None:
+    """Stand in for a new process whose source tree is at ``commit`` when it starts and at
+    another commit from its first checkpoint on (a commit made while the job trains)."""
+    head = {"commit": commit}
+    monkeypatch.setattr(sio, "_PROVENANCE_CACHE", {})
+    monkeypatch.setattr(sio, "git_commit", lambda *a: head["commit"])
+    original = engine._write_checkpoint
+
+    def write_then_commit(*args, **kwargs):
+        original(*args, **kwargs)
+        head["commit"] = "committed-while-training"
+
+    monkeypatch.setattr(engine, "_write_checkpoint", write_then_commit)
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["segments", "checkpoint-without-segments"])
+def test_resumed_runs_record_every_process(tmp_path, monkeypatch, one_thread, legacy):
+    """A run's provenance lists each process that trained it (``segments``: the iteration it
+    started from, its commit), and each process's commit is the one its source tree had when
+    training started, not when the run's files were written. A checkpoint written before
+    segments were recorded gives an 'unrecorded' first segment."""
+    from shallowrelu.aggregate import load_runs, run_commits
+    from shallowrelu.io import UNRECORDED_SEGMENT
+
+    _as_process(monkeypatch, "commit-a")
+    _train(tmp_path / "fresh", _cfg(max_iters=300))
+    for js in _json_files(tmp_path / "fresh"):
+        prov = json.loads(js.read_text())["provenance"]
+        assert prov["git_commit"] == "commit-a"
+        assert [(sg["from_iteration"], sg["git_commit"]) for sg in prov["segments"]] == [(0, "commit-a")]
+        assert prov["segments"][0]["versions"] == prov["versions"]
+
+    _as_process(monkeypatch, "commit-a")
+    with monkeypatch.context() as mp:
+        _kill_after_checkpoint(mp, lambda st: st["log_index"] == 20)
+        with pytest.raises(_Killed):
+            _train(tmp_path / "r", _cfg())
+    ck = _ck(tmp_path / "r")
+    if legacy:
+        st = engine.read_checkpoint(ck)
+        del st["segments"]
+        engine._write_checkpoint(ck, st)
+    _as_process(monkeypatch, "commit-b")
+    _train(tmp_path / "r", _cfg())
+    resumed_at = int(engine.log_iterations(MAX_ITERS, N_LOG)[20])
+    first = UNRECORDED_SEGMENT if legacy else {"from_iteration": 0, "git_commit": "commit-a"}
+    recs = [json.loads(js.read_text()) for js in _json_files(tmp_path / "r")]
+    assert len(recs) == 4
+    for rec in recs:
+        segs = rec["provenance"]["segments"]
+        assert [(sg["from_iteration"], sg["git_commit"]) for sg in segs] == [
+            (first["from_iteration"], first["git_commit"]), (resumed_at, "commit-b")]
+        assert rec["provenance"]["git_commit"] == "commit-b"
+        assert run_commits(rec["provenance"]) == ("unrecorded" if legacy else "commit-a") + "+commit-b"
+    table = load_runs(_json_files(tmp_path / "r"))
+    assert set(table["git_commit"]) == {("unrecorded" if legacy else "commit-a") + "+commit-b"}
+
+
 def test_finished_job_is_never_retrained(tmp_path, monkeypatch, reference):
     ref_root, _ = reference
     import shutil

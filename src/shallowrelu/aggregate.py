@@ -74,8 +74,17 @@ def run_row(summary: dict[str, Any]) -> dict[str, Any]:
         "end_rule_mean_angle_deg": fin.get("end_rule_mean_angle_pos_deg", math.nan),
         "nuclear_norm": fin.get("nuclear_norm", math.nan), "theta_sq": fin.get("theta_sq", math.nan),
         "n_pos": fin.get("n_pos", math.nan), "n_pos_end": fin.get("n_pos_end", math.nan),
-        "device": prov.get("device", ""), "git_commit": prov.get("git_commit") or "",
+        "device": prov.get("device", ""), "git_commit": run_commits(prov),
     }
+
+
+def run_commits(prov: dict[str, Any]) -> str:
+    """The source commit(s) that trained a run, from its summary's provenance: one commit, or for
+    a run resumed from a checkpoint under other code, each process's in order joined by '+'
+    ('unrecorded' for a share trained before segments were recorded); '' if unknown."""
+    segs = prov.get("segments") or []
+    commits = [sg.get("git_commit") or "unrecorded" for sg in segs] or [prov.get("git_commit") or ""]
+    return "+".join(dict.fromkeys(commits))
 
 
 def load_runs(paths: Iterable[str | Path]) -> pd.DataFrame:

@@ -40,7 +40,7 @@ import torch
 
 from .batch import Batch
 from .datasets import Trial, check_lambda
-from .io import _atomic_path
+from .io import UNRECORDED_SEGMENT, _atomic_path, segment
 from .measure import append_row, end_rule_stats, final_summary, measure, stack_history, to_rows
 from .model import batched_loss_and_gradients, get_convention, log_iterations
 from .steppers.base import Stepper, StepRule
@@ -138,8 +138,9 @@ class RunResult:
     a: np.ndarray
     iterations: int
     stop_reason: str
-    wall_time_s: float
+    wall_time_s: float  # summed over the processes that trained it (``segments``)
     device: str
+    segments: list[dict[str, Any]] = field(default_factory=list)  # io.segment: the processes that trained it
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -367,6 +368,7 @@ class _Job:
         self.elapsed_before = 0.0
         self.b: Batch | None = None
         self.resumed = False
+        self.segments: list[dict[str, Any]] = []  # io.segment per process that trained this batch
         self.specs = specs
         self.bar = _Progress(cfg.max_iters, desc, progress)
 
@@ -382,6 +384,7 @@ class _Job:
         self.histories, self.li, self.elapsed_before = st["histories"], st["log_index"], st["elapsed"]
         self.finished = st["finished"]
         self.run_fps = st["runs"]  # keep the original set so that later reruns still match
+        self.segments = list(st.get("segments") or [UNRECORDED_SEGMENT])
         self.resumed = True
         print(f"[{self.desc}] resumed from checkpoint {self.ck} at iteration {self.log_pts[self.li]:,}",
               file=sys.stderr)
@@ -393,7 +396,7 @@ class _Job:
         _write_checkpoint(self.ck, {
             "format": CHECKPOINT_FORMAT, "fingerprint": self.fingerprint, "runs": self.run_fps, "batch": b.state(),
             "histories": self.histories, "log_index": self.li, "elapsed": time.monotonic() - self.t0,
-            "finished": self.finished})
+            "finished": self.finished, "segments": self.segments})
 
     # -- one logging point ----------------------------------------------------------------
     def _reasons(self, rows: list[dict[str, Any]], t: int) -> list[tuple[int, int, str]]:
@@ -449,7 +452,7 @@ class _Job:
                 history=stack_history([{c: r[c] for c in keep_cols} for r in hist]),
                 final=final_summary(row, cfg.active_rule), W=b.W[i].cpu().numpy().copy(),
                 a=b.a[i].cpu().numpy().copy(), iterations=int(it), stop_reason=reason,
-                wall_time_s=time.monotonic() - self.t0, device=str(self.dev))
+                wall_time_s=time.monotonic() - self.t0, device=str(self.dev), segments=list(self.segments))
             self.histories[key] = []
             if key in self.by_key:  # else: resumed along with a checkpoint, already written
                 out.append(RunResult(spec=self.by_key[key], **self.finished[key]))
@@ -480,6 +483,7 @@ class _Job:
         if self.b is None:
             self.b = Batch.from_specs(self.specs, self.dev, getattr(torch, self.cfg.dtype))
         self.t0 = time.monotonic() - self.elapsed_before
+        self.segments = self.segments + [segment(str(self.dev), self.log_pts[self.li])]
         last_ck = time.monotonic()
         if self.li == 0 and not self.resumed:  # a checkpoint at li = 0 already holds this row
             for key, row in zip(self.b.keys, to_rows(measure(self.b, self.conv.kappa))):

@@ -269,6 +269,22 @@ def _spectral() -> str:
         return f"invalid ({exc})"
 
 
+def segment(device: str, from_iteration: int) -> dict[str, Any]:
+    """One training process's share of a run: the iteration it started from (0, or a checkpoint's)
+    and the source commit, package versions, host, device and start time of that process. A run
+    resumed from a checkpoint lists every process that trained it (``provenance["segments"]``).
+    The first call in a process fixes its commit (:func:`provenance` caches it), so a commit made
+    while a job trains is not recorded as the code that trained it."""
+    p = provenance(device)
+    return {"from_iteration": int(from_iteration), "git_commit": p["git_commit"], "versions": p["versions"],
+            "host": p["host"], "device": device, "started_utc": p["created_utc"]}
+
+
+# The share of a run trained before a checkpoint that predates segment records (unknown process).
+UNRECORDED_SEGMENT: dict[str, Any] = {"from_iteration": 0, "git_commit": None, "versions": None, "host": None,
+                                      "device": None, "started_utc": None}
+
+
 def provenance(device: str | None = None) -> dict[str, Any]:
     """Software, machine and source versions to store with every result."""
     if not _PROVENANCE_CACHE:

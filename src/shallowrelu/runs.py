@@ -136,7 +136,7 @@ def write_run(root: Path, res: RunResult, cfg: TrainConfig, trial_file: Path) ->
         "wall_time_s": res.wall_time_s,
         "final": res.final,
         "files": {"history": stem.with_suffix(".npz").name, "trial": trial_file.name},
-        "provenance": provenance(res.device),
+        "provenance": {**provenance(res.device), "segments": res.segments},
     }
     atomic_write_json(stem.with_suffix(".json"), summary)
     return stem

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..aggregate import run_commits
 from ..verdicts import PAPER_TRIALS  # noqa: F401  (re-exported: trials per cell in the paper)
 
 METRICS = ("max_angle_deg", "mean_angle_deg", "nuclear_norm")
@@ -144,7 +145,7 @@ def curve_run_rows(figure_grids: dict | None, runs_root: str | Path | None):
                              loss_convention=rec.get("config", {}).get("loss_convention", ""),
                              iterations=int(rec.get("iterations", 0)), stop_reason=rec.get("stop_reason", ""),
                              wall_time_s=float(rec.get("wall_time_s", 0.0)), device=prov.get("device", ""),
-                             git_commit=prov.get("git_commit") or "", figures=f"Fig. {name.removeprefix('fig')}"))
+                             git_commit=run_commits(prov), figures=f"Fig. {name.removeprefix('fig')}"))
     return pd.DataFrame(rows), recs
 
 
