@@ -244,6 +244,35 @@ def test_cli_measure(capsys):
     assert out["M"] > 0 and out["cex_theta_sq"] < 2
 
 
+def test_cli_tables_carry_provenance(tmp_path, monkeypatch):
+    """Each table the dichotomy command writes has OUT.provenance.json beside it: the command,
+    the commit read when the command started, and the SHA-256 of the file as written."""
+    import hashlib
+    import json
+
+    import shallowrelu.io as sio
+    from shallowrelu.cli import main
+
+    head = {"commit": "commit-at-start"}
+    monkeypatch.setattr(sio, "_PROVENANCE_CACHE", {})
+    monkeypatch.setattr(sio, "git_commit", lambda *a: head["commit"])
+    real_rows = g.table_rows
+
+    def rows_then_commit(*args, **kwargs):  # a commit made while the table is computed
+        rows = real_rows(*args, **kwargs)
+        head["commit"] = "committed-meanwhile"
+        return rows
+
+    monkeypatch.setattr(g, "table_rows", rows_then_commit)
+    csv, tex = tmp_path / "t.csv", tmp_path / "t.tex"
+    assert main(["dichotomy", "table", "--dims", "3", "--xis", "0.5", "--bs", "20", "--n-starts", "1",
+                 "--no-min-norm", "--quiet", "--out-csv", str(csv), "--out-tex", str(tex)]) == 0
+    for out in (csv, tex):
+        rec = json.loads((tmp_path / f"{out.name}.provenance.json").read_text())
+        assert rec["file"] == out.name and rec["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
+        assert rec["provenance"]["git_commit"] == "commit-at-start"
+
+
 def test_min_norm_drops_below_two_exactly_where_M_turns_positive():
     """Theorem 8 across the sign flip of the M > 0 family at b = 91/9 ≈ 10.11."""
     pytest.importorskip("cvxpy")

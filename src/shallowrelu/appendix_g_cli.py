@@ -47,8 +47,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the search's starts (table/measure) or of the "
                    "initialisation (sweep)")
     p.add_argument("--no-min-norm", action="store_true", help="skip the convex minimum-norm computation")
-    p.add_argument("--out-csv", type=Path, help="table/sweep: CSV file to write")
-    p.add_argument("--out-tex", type=Path, help="table: LaTeX table to write")
+    p.add_argument("--out-csv", type=Path, help="table/sweep: CSV file to write (with OUT.provenance.json beside it: "
+                   "command, commit, versions, SHA-256 of the file)")
+    p.add_argument("--out-tex", type=Path, help="table: LaTeX table to write (with its .provenance.json)")
     p.add_argument("--m", type=int, default=100, help="sweep: network width (default 100)")
     p.add_argument("--lambda-exps", nargs="+", default=["0..-8"], help="sweep: exponents e of λ = 4^e (default 0..-8)")
     p.add_argument("--loss-convention", choices=["paper", "authors"], default="paper",
@@ -128,8 +129,9 @@ def rows_to_latex(rows: Sequence[dict[str, Any]]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from . import dichotomy as g
-    from .io import atomic_write_text
+    from .io import provenance, write_with_provenance
 
+    provenance()  # read the source commit now, not after the computation (a commit may come meanwhile)
     if args.n_starts < 0:
         raise ValueError(f"--n-starts must be >= 0, got {args.n_starts}")
     for path in (args.out_csv, args.out_tex):
@@ -148,9 +150,9 @@ def run(args: argparse.Namespace) -> int:
         rows = g.table_rows(args.dims, args.xis, args.bs, n_starts=args.n_starts, seed=args.seed,
                             min_norm=not args.no_min_norm, progress=not args.quiet)
         if args.out_csv:
-            atomic_write_text(args.out_csv, rows_to_csv(rows))
+            write_with_provenance(args.out_csv, rows_to_csv(rows))
         if args.out_tex:
-            atomic_write_text(args.out_tex, rows_to_latex(rows))
+            write_with_provenance(args.out_tex, rows_to_latex(rows))
         if not args.out_csv:
             sys.stdout.write(rows_to_csv(rows))
         return 0
@@ -178,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
             r["min_norm"] = mn["min_norm"]
     text = rows_to_csv(rows)
     if args.out_csv:
-        atomic_write_text(args.out_csv, text)
+        write_with_provenance(args.out_csv, text)
     else:
         sys.stdout.write(text)
     return 0

@@ -280,6 +280,27 @@ def segment(device: str, from_iteration: int) -> dict[str, Any]:
             "host": p["host"], "device": device, "started_utc": p["created_utc"]}
 
 
+def provenance_path(output: str | Path) -> Path:
+    """The provenance record of a result file that has no run summary: ``OUTPUT.provenance.json``."""
+    output = Path(output)
+    return output.with_name(output.name + ".provenance.json")
+
+
+def write_with_provenance(output: str | Path, text: str) -> Path:
+    """Write ``text`` to ``output`` atomically, then its provenance record (:func:`provenance_path`:
+    the command, commit, versions, host, time, and the SHA-256 of the bytes written, which ties the
+    record to this version of the file). For results computed directly, not from training runs
+    (Appendix G's tables), which carry no run summary of their own."""
+    import hashlib
+
+    atomic_write_text(output, text)
+    record = {"file": Path(output).name, "sha256": hashlib.sha256(Path(output).read_bytes()).hexdigest(),
+              "provenance": provenance()}
+    record_path = provenance_path(output)
+    atomic_write_json(record_path, record)
+    return record_path
+
+
 # The share of a run trained before a checkpoint that predates segment records (unknown process).
 UNRECORDED_SEGMENT: dict[str, Any] = {"from_iteration": 0, "git_commit": None, "versions": None, "host": None,
                                       "device": None, "started_utc": None}

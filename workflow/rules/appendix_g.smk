@@ -6,6 +6,7 @@
 #                        -> tables/appendix_g_scan.csv
 #   appendix_g_sweep     train on one family member for λ = 4^e (one job per dataset)
 #                        -> tables/appendix_g_sweep_{name}.csv
+#   (each table with TABLE.provenance.json beside it: command, commit, versions, SHA-256; io.py)
 #   appendix_g_notebook  figures (papermill notebooks/appendix_g.ipynb)
 #                        -> figures/appendix_g_training.*, figures/appendix_g_M_scan.*
 #
@@ -30,6 +31,7 @@ if APPG.get("enabled", False):
         output:
             csv=report(APPG_TABLE["csv"], category="Appendix G"),
             tex=APPG_TABLE["tex"],
+            provenance=[provenance_file(f) for f in APPG_TABLE.values()],
         params:
             src=SRC,
             dims=" ".join(str(int(d)) for d in APPG["table"]["dims"]),
@@ -48,7 +50,8 @@ if APPG.get("enabled", False):
     rule appendix_g_scan:
         """M and the minimum norm across the families' parameters (where does the sign flip?)."""
         output:
-            APPG_SCAN,
+            csv=APPG_SCAN,
+            provenance=provenance_file(APPG_SCAN),
         params:
             src=SRC,
             dims=" ".join(str(int(d)) for d in APPG["scan"]["dims"]),
@@ -63,12 +66,13 @@ if APPG.get("enabled", False):
         shell:
             "export PYTHONPATH={params.src}${{PYTHONPATH:+:$PYTHONPATH}};"
             " python -m shallowrelu dichotomy table --dims {params.dims} --xis {params.xis} --bs {params.bs}"
-            " --n-starts {params.n_starts} {params.min_norm} --out-csv {output} > {log} 2>&1"
+            " --n-starts {params.n_starts} {params.min_norm} --out-csv {output.csv} > {log} 2>&1"
 
     rule appendix_g_sweep:
         """Implicit bias (Thm. 7): train from λ = 4^e on one dataset, final ‖θ‖² and effective rank."""
         output:
-            f"{TABLES}/appendix_g_sweep_{{name}}.csv",
+            csv=f"{TABLES}/appendix_g_sweep_{{name}}.csv",
+            provenance=provenance_file(f"{TABLES}/appendix_g_sweep_{{name}}.csv"),
         wildcard_constraints:
             name="|".join(APPG_SWEEPS),
         params:
@@ -82,7 +86,7 @@ if APPG.get("enabled", False):
         shell:
             "export PYTHONPATH={params.src}${{PYTHONPATH:+:$PYTHONPATH}};"
             " python -m shallowrelu dichotomy sweep {params.args} --no-min-norm --threads {threads}"
-            " --out-csv {output} > {log} 2>&1"
+            " --out-csv {output.csv} > {log} 2>&1"
 
     rule appendix_g_notebook:
         """Figures: ‖θ‖² and effective rank vs λ (min norm and 2 as reference lines); M across parameters."""

@@ -22,7 +22,7 @@ from shallowrelu.workflow_config import prepend_interpreter_path, prepend_python
 prepend_pythonpath(SRC)
 prepend_interpreter_path(sys.executable)
 from shallowrelu.aggregate import PAPER_TABLES  # noqa: E402
-from shallowrelu.io import run_stem  # noqa: E402  (the one place for the file layout)
+from shallowrelu.io import provenance_path, run_stem  # noqa: E402  (the one place for the file layout)
 from shallowrelu.plotting import angle_figure_spec, curve_figure_spec, seeds_for  # noqa: E402
 
 # Outputs (relative to the working directory) and repository files (absolute, so that
@@ -323,6 +323,10 @@ def table_files():
 def appg_list(xs):
     """Floats as space-separated CLI arguments."""
     return " ".join(repr(float(x)) for x in xs)
+
+def provenance_file(table):
+    """The provenance record the dichotomy command writes beside ``table`` (io.write_with_provenance)."""
+    return str(provenance_path(table))
 
 def appg_sweep_args(name):
     """CLI arguments of one sweep dataset: family, d, its parameter and the training settings."""
