@@ -384,7 +384,7 @@ class _Job:
         self.histories, self.li, self.elapsed_before = st["histories"], st["log_index"], st["elapsed"]
         self.finished = st["finished"]
         self.run_fps = st["runs"]  # keep the original set so that later reruns still match
-        self.segments = list(st.get("segments") or [UNRECORDED_SEGMENT])
+        self.segments = list(st.get("segments") or [dict(UNRECORDED_SEGMENT)])
         self.resumed = True
         print(f"[{self.desc}] resumed from checkpoint {self.ck} at iteration {self.log_pts[self.li]:,}",
               file=sys.stderr)
