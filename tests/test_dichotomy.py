@@ -246,24 +246,16 @@ def test_cli_measure(capsys):
 
 def test_cli_tables_carry_provenance(tmp_path, monkeypatch):
     """Each table the dichotomy command writes has OUT.provenance.json beside it: the command,
-    the commit read when the command started, and the SHA-256 of the file as written."""
+    the commit of the code the process imported, and the SHA-256 of the file as written."""
     import hashlib
     import json
 
     import shallowrelu.io as sio
     from shallowrelu.cli import main
 
-    head = {"commit": "commit-at-start"}
     monkeypatch.setattr(sio, "_PROVENANCE_CACHE", {})
-    monkeypatch.setattr(sio, "git_commit", lambda *a: head["commit"])
-    real_rows = g.table_rows
-
-    def rows_then_commit(*args, **kwargs):  # a commit made while the table is computed
-        rows = real_rows(*args, **kwargs)
-        head["commit"] = "committed-meanwhile"
-        return rows
-
-    monkeypatch.setattr(g, "table_rows", rows_then_commit)
+    monkeypatch.setattr(sio, "_IMPORT_COMMIT", "commit-at-start")
+    monkeypatch.setattr(sio, "git_commit", lambda *a: "committed-meanwhile")  # HEAD moved since the import
     csv, tex = tmp_path / "t.csv", tmp_path / "t.tex"
     assert main(["dichotomy", "table", "--dims", "3", "--xis", "0.5", "--bs", "20", "--n-starts", "1",
                  "--no-min-norm", "--quiet", "--out-csv", str(csv), "--out-tex", str(tex)]) == 0

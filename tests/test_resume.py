@@ -177,25 +177,18 @@ def test_kill_between_run_files_and_checkpoint(tmp_path, monkeypatch, capsys, re
 
 
 def _as_process(monkeypatch, commit: str) -> None:
-    """Stand in for a new process whose source tree is at ``commit`` when it starts and at
-    another commit from its first checkpoint on (a commit made while the job trains)."""
-    head = {"commit": commit}
+    """Stand in for a new process that imported the package with its source tree at ``commit``;
+    by the time anything asks git again, another commit has been made (while the job trains)."""
     monkeypatch.setattr(sio, "_PROVENANCE_CACHE", {})
-    monkeypatch.setattr(sio, "git_commit", lambda *a: head["commit"])
-    original = engine._write_checkpoint
-
-    def write_then_commit(*args, **kwargs):
-        original(*args, **kwargs)
-        head["commit"] = "committed-while-training"
-
-    monkeypatch.setattr(engine, "_write_checkpoint", write_then_commit)
+    monkeypatch.setattr(sio, "_IMPORT_COMMIT", commit)
+    monkeypatch.setattr(sio, "git_commit", lambda *a: "committed-while-training")
 
 
 @pytest.mark.parametrize("legacy", [False, True], ids=["segments", "checkpoint-without-segments"])
 def test_resumed_runs_record_every_process(tmp_path, monkeypatch, one_thread, legacy):
     """A run's provenance lists each process that trained it (``segments``: the iteration it
-    started from, its commit), and each process's commit is the one its source tree had when
-    training started, not when the run's files were written. A checkpoint written before
+    started from, its commit), and each process's commit is the one its source tree had when it
+    imported the package, not when the run's files were written. A checkpoint written before
     segments were recorded gives an 'unrecorded' first segment."""
     from shallowrelu.aggregate import load_runs, run_commits
     from shallowrelu.io import UNRECORDED_SEGMENT

@@ -129,9 +129,8 @@ def rows_to_latex(rows: Sequence[dict[str, Any]]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from . import dichotomy as g
-    from .io import provenance, write_with_provenance
+    from .io import write_with_provenance
 
-    provenance()  # read the source commit now, not after the computation (a commit may come meanwhile)
     if args.n_starts < 0:
         raise ValueError(f"--n-starts must be >= 0, got {args.n_starts}")
     for path in (args.out_csv, args.out_tex):

@@ -245,6 +245,9 @@ def git_commit(start: str | Path | None = None) -> str | None:
     return commit + ("-dirty" if dirty else "")
 
 
+# The source tree's commit when this module was imported, i.e. of the code this process runs; a
+# commit made later (while a job trains) is not that code. provenance() records this one.
+_IMPORT_COMMIT = git_commit()
 _PROVENANCE_CACHE: dict[str, Any] = {}
 
 
@@ -273,8 +276,7 @@ def segment(device: str, from_iteration: int) -> dict[str, Any]:
     """One training process's share of a run: the iteration it started from (0, or a checkpoint's)
     and the source commit, package versions, host, device and start time of that process. A run
     resumed from a checkpoint lists every process that trained it (``provenance["segments"]``).
-    The first call in a process fixes its commit (:func:`provenance` caches it), so a commit made
-    while a job trains is not recorded as the code that trained it."""
+    The commit is the one the source tree had when the process imported this package."""
     p = provenance(device)
     return {"from_iteration": int(from_iteration), "git_commit": p["git_commit"], "versions": p["versions"],
             "host": p["host"], "device": device, "started_utc": p["created_utc"]}
@@ -322,7 +324,7 @@ def provenance(device: str | None = None) -> dict[str, Any]:
                 pass
         _PROVENANCE_CACHE.update(
             versions=versions,
-            git_commit=git_commit(),
+            git_commit=_IMPORT_COMMIT,
             host=platform.node(),
             platform=platform.platform(),
             cpu_count=os.cpu_count(),
