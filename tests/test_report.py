@@ -352,6 +352,11 @@ def test_companion_compiles(built, tmp_path):
     root, res, runs, cells = built
     (root / "paper").mkdir(exist_ok=True)
     shutil.copy(REPO / "paper" / "companion.tex", root / "paper" / "companion.tex")
+    from shallowrelu.io import write_with_provenance
+    from shallowrelu.report.tex import provenance_records_tex
+
+    record = write_with_provenance(root / "results/tables/appendix_g.csv", "d,M\n3,0.25\n")
+    (root / "results/paper/appendix_g_provenance.tex").write_text(provenance_records_tex([record]))
     proc = subprocess.run(
         ["latexmk", "-pdf", "-interaction=nonstopmode", "-halt-on-error", "-outdir=results/paper/build",
          "paper/companion.tex"], cwd=root, capture_output=True, text=True, timeout=300)
@@ -361,6 +366,7 @@ def test_companion_compiles(built, tmp_path):
     log = (root / "results/paper/build/companion.log").read_text(errors="replace")
     assert "Undefined control sequence" not in log
     assert "There were undefined references" not in log
+    assert "results/paper/appendix_g_provenance.tex" in log  # the Appendix G records were typeset
 
 
 def test_compute_time_counts_a_training_process_once():
@@ -394,3 +400,22 @@ def test_provenance_lists_each_commit_of_a_resumed_run():
     reference = pd.DataFrame([("centred", 4, 200, 7)], columns=["scheme", "d", "m", "figure"])
     table = provenance_table(runs, reference, [])
     assert set(table["git_commits"]) == {"aaa; bbb"}
+
+
+def test_provenance_records_table(tmp_path):
+    """The Appendix G records as one LaTeX row each (file, SHA-256, commit); a damaged record is
+    an error naming it."""
+    import hashlib
+
+    from shallowrelu.io import write_with_provenance
+    from shallowrelu.report.tex import provenance_records_tex
+
+    table = tmp_path / "appendix_g_scan.csv"
+    record = write_with_provenance(table, "d,M\n3,0.25\n")
+    tex = provenance_records_tex([record])
+    assert r"\texttt{appendix\_g\_scan.csv}" in tex
+    assert hashlib.sha256(table.read_bytes()).hexdigest()[:12] in tex
+    bad = tmp_path / "bad.provenance.json"
+    bad.write_text('{"file": "x.csv"}')
+    with pytest.raises(ValueError, match="bad.provenance.json.*KeyError"):
+        provenance_records_tex([record, bad])

@@ -14,6 +14,7 @@
 # dichotomy (docs/appendix_g.md).
 
 APPG = config.get("appendix_g", {})
+APPG_PROVENANCE = []  # the tables' provenance records (paper.smk renders them for the document)
 
 if APPG.get("enabled", False):
     APPG_TABLE = {"csv": f"{TABLES}/appendix_g.csv", "tex": f"{TABLES}/appendix_g.tex"}
@@ -24,6 +25,7 @@ if APPG.get("enabled", False):
     APPG_NOTEBOOK = f"{NOTEBOOKS}/appendix_g.ipynb"
     APPG_TARGETS = list(APPG_TABLE.values()) + [APPG_SCAN] + list(APPG_SWEEPS.values()) + APPG_FIGS + [APPG_NOTEBOOK]
     DEFAULT_TARGETS.extend(APPG_TARGETS)
+    APPG_PROVENANCE = [provenance_file(f) for f in [*APPG_TABLE.values(), APPG_SCAN, *APPG_SWEEPS.values()]]
 
 
     rule appendix_g_table:

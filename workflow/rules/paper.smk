@@ -40,6 +40,10 @@ APPI_JSON = ([f"{TABLES}/example31.json"] if config.get("dynamics", {}).get("ena
 APPI_TEX = f"{PAPER_DIR}/appendix_i.tex"
 if APPI_JSON:
     DEFAULT_TARGETS.append(APPI_TEX)
+# Appendix G's tables are computed directly, not from runs: their provenance records (appendix_g.smk).
+APPG_PROV_TEX = f"{PAPER_DIR}/appendix_g_provenance.tex"
+if APPG_PROVENANCE:
+    DEFAULT_TARGETS.append(APPG_PROV_TEX)
 
 if GRID["enabled"] and PAPER.get("report", True):
     DEFAULT_TARGETS.extend(REPORT_ALL)
@@ -99,6 +103,22 @@ if APPI_JSON:
             "../../envs/analysis.yaml"
         shell:
             "python -m shallowrelu.report json-tables --out {output} {input} > {log} 2>&1"
+
+
+if APPG_PROVENANCE:
+
+    rule appendix_g_provenance:
+        """The Appendix G tables' provenance records (file, SHA-256, commit, time) for the document."""
+        input:
+            APPG_PROVENANCE,
+        output:
+            APPG_PROV_TEX,
+        log:
+            f"{LOGS}/paper/appendix_g_provenance.log",
+        conda:
+            "../../envs/analysis.yaml"
+        shell:
+            "python -m shallowrelu.report provenance-records --out {output} {input} > {log} 2>&1"
 
 
 rule companion_pdf:

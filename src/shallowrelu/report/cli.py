@@ -128,16 +128,21 @@ def std_convention(runs_csv: Path, cells_csv: Path, reference_csv: Path, cfg: Ve
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m shallowrelu.report json-tables --out FILE JSON...`` (used by workflow/rules/paper.smk)
-    and ``python -m shallowrelu.report std-convention --runs … --cells … --reference …``."""
+    """``python -m shallowrelu.report json-tables --out FILE JSON...`` and ``provenance-records --out
+    FILE RECORD...`` (used by workflow/rules/paper.smk) and ``python -m shallowrelu.report
+    std-convention --runs … --cells … --reference …``."""
     from ..io import atomic_write_text
-    from .tex import json_tables_tex
+    from .tex import json_tables_tex, provenance_records_tex
 
     p = argparse.ArgumentParser(prog="python -m shallowrelu.report")
     sub = p.add_subparsers(dest="cmd", required=True)
     j = sub.add_parser("json-tables", help="LaTeX key/value tables of JSON results files")
     j.add_argument("--out", required=True, type=Path)
     j.add_argument("files", nargs="+", type=Path)
+    r = sub.add_parser("provenance-records", help="LaTeX table of TABLE.provenance.json records (file, SHA-256, "
+                       "commit, time, versions)")
+    r.add_argument("--out", required=True, type=Path)
+    r.add_argument("files", nargs="+", type=Path)
     s = sub.add_parser("std-convention", help="was the paper's std the population (ddof 0) or sample (ddof 1) one? "
                        "Percentiles of the paper's stds in our 5-trial stds under both, per metric and overall")
     for name, what in (("runs", "runs.csv"), ("cells", "cells.csv"), ("reference", "the paper's reference_tables.csv")):
@@ -152,8 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     _add_verdict_options(s)
     args = p.parse_args(argv)
     try:
-        if args.cmd == "json-tables":
-            atomic_write_text(args.out, json_tables_tex(args.files))
+        if args.cmd in ("json-tables", "provenance-records"):
+            render = json_tables_tex if args.cmd == "json-tables" else provenance_records_tex
+            atomic_write_text(args.out, render(args.files))
             return 0
         table = std_convention(args.runs, args.cells, args.reference, _verdict_config(args), args.convention,
                                tuple(c.strip() for c in args.by.split(",") if c.strip()), args.exclude_capped)
