@@ -141,7 +141,6 @@ class RunResult:
     wall_time_s: float  # summed over the processes that trained it (``segments``)
     device: str
     segments: list[dict[str, Any]] = field(default_factory=list)  # io.segment: the processes that trained it
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def final_step(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor, y: torch.Tensor, kappa: float,
