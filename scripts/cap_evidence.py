@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from shallowrelu.aggregate import load_reference, load_runs
+from shallowrelu.aggregate import load_reference, load_runs, split_commits
 from shallowrelu.io import atomic_write_text, parse_lambda_tag
 from shallowrelu.verdicts import RECOMMENDED_TRIALS, sampling_verdicts
 
@@ -214,7 +214,7 @@ def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, l
     cap = int(runs.cap.iloc[0])
     stops = {k: {s: int(c) for s, c in runs[col].value_counts().items()}
              for k, col in ((f"{low_cap:,}", "stop_reason_low"), (f"{cap:,}", "stop_reason"))}
-    commits = sorted({c.removesuffix("-dirty")[:12] for cs in runs.git_commit.astype(str) for c in cs.split("+")})
+    commits = sorted({c.removesuffix("-dirty")[:12] for cs in runs.git_commit for c in split_commits(cs)})
     wall = runs.groupby("seed").wall_time_s.max()
     out = [f"Trials: {len(used)} (seeds {', '.join(map(str, used))}), {runs.lambda_exp.nunique()} λ each, "
            f"trained to {cap:,} iterations (`authors` convention, float64, CPU, one thread per training "

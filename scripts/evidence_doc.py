@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from shallowrelu.aggregate import run_commits
+from shallowrelu.aggregate import run_commits, split_commits
 
 KEY = ["scheme", "d", "m", "lambda_exp"]
 NAMED = [  # (scheme, d, lambda_exp, metric): the cells issue 15 quotes
@@ -48,7 +48,7 @@ def run_summary(root: Path) -> str:
     runs = pd.read_csv(root / "tables" / "runs.csv")
     recs = [json.loads(p.read_text()) for p in sorted((root / "runs").glob("*/d*/m*/seed*/lam*.json"))]
     caps = sorted({r["config"]["max_iters"] for r in recs})
-    per_run = [run_commits(r["provenance"]).split("+") for r in recs]  # each process's commit
+    per_run = [split_commits(run_commits(r["provenance"])) for r in recs]  # each process's commit
     commits = sorted({(c or "?").removesuffix("-dirty") for cs in per_run for c in cs})
     n_dirty = sum(any(c.endswith("-dirty") for c in cs) for cs in per_run)
     rewritten = [c for c in commits if c not in ("?", "unrecorded") and not _in_history(c)]

@@ -78,13 +78,21 @@ def run_row(summary: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+COMMIT_SEP = "+"  # between the commits of a run trained by processes at different commits
+
+
 def run_commits(prov: dict[str, Any]) -> str:
     """The source commit(s) that trained a run, from its summary's provenance: one commit, or for
     a run resumed from a checkpoint under other code, each process's in order joined by '+'
     ('unrecorded' for a share trained before segments were recorded); '' if unknown."""
     segs = prov.get("segments") or []
     commits = [sg.get("git_commit") or "unrecorded" for sg in segs] or [prov.get("git_commit") or ""]
-    return "+".join(dict.fromkeys(commits))
+    return COMMIT_SEP.join(dict.fromkeys(commits))
+
+
+def split_commits(field: Any) -> list[str]:
+    """The commits of one runs.csv ``git_commit`` value (:func:`run_commits`), one per process."""
+    return str(field).split(COMMIT_SEP)
 
 
 def load_runs(paths: Iterable[str | Path]) -> pd.DataFrame:

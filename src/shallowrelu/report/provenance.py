@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from ..aggregate import split_commits
 from .inputs import RUN_KEY
 
 
@@ -83,7 +84,7 @@ def provenance_table(runs_all, reference, records: list[dict], figure_grids: dic
                      "compute_time_s": compute_time_s(g, batches, trial),
                      "runs_capped": int((g["stop_reason"].astype(str) == "max_iters").sum()),
                      "devices": "; ".join(sorted(set(g["device"].astype(str)))),
-                     "git_commits": "; ".join(sorted({c for cs in g["git_commit"].astype(str) for c in cs.split("+")})),
+                     "git_commits": "; ".join(sorted({c for cs in g["git_commit"] for c in split_commits(cs)})),
                      "conventions": "; ".join(sorted(set(g["loss_convention"].astype(str)))),
                      "version_sets": len(v)})
     return pd.DataFrame(rows)
