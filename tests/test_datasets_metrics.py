@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from shallowrelu.datasets import SCHEMES, Trial, make_trial
-from shallowrelu.metrics import angle_between, nuclear_norm, pairwise_angle_stats
+from shallowrelu.metrics import angle_between, init_activity_counts, init_groups, nuclear_norm, pairwise_angle_stats
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -157,3 +157,19 @@ def test_nuclear_norm_of_rank_one_is_product_of_norms():
     u, v = np.random.default_rng(0).standard_normal((2, 7))
     W = torch.tensor(np.outer(u[:5], v))[None]
     assert float(nuclear_norm(W)) == pytest.approx(np.linalg.norm(u[:5]) * np.linalg.norm(v), rel=1e-12)
+
+
+def test_init_activity_counts_and_groups_on_a_hand_made_case():
+    """Counts of z_j · x_i > 0 (0 itself is inactive); J± are the neurons of each sign with a count > 0."""
+    X = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]], dtype=torch.float64)  # (1, n=3, d=2)
+    z = torch.tensor([[[1.0, 1.0], [1.0, -1.0], [-1.0, -1.0], [0.0, 1.0]]], dtype=torch.float64)
+    s = torch.tensor([[1.0, -1.0, 1.0, -1.0]], dtype=torch.float64)
+    assert init_activity_counts(z, X).tolist() == [[3, 1, 0, 2]]
+    pos, neg = init_groups(z, s, X)
+    assert pos.tolist() == [[True, False, False, False]] and neg.tolist() == [[False, True, False, True]]
+
+
+def test_init_activity_counts_match_numpy_on_a_trial():
+    trial = make_trial("centred", d=16, m=50, seed=3)
+    counts = init_activity_counts(torch.tensor(trial.z)[None], torch.tensor(trial.X)[None])[0].numpy()
+    assert np.array_equal(counts, (trial.z @ trial.X.T > 0).sum(1))

@@ -294,3 +294,72 @@ def test_cap_pool(cap_roots, tmp_path, monkeypatch, capsys):
     cells.drop(columns=["cap_iters"]).to_csv(tmp_path / "b_cells.csv", index=False)
     with pytest.raises(ValueError, match=r"lacks the columns \['cap_iters'\]"):
         run(tmp_path / "a.md", tmp_path / "b.md", tmp_path / "x.md")
+
+
+PROBE_SCRIPT = SCRIPT.parent / "angle_probe.py"
+
+
+@pytest.fixture(scope="module")
+def probe_roots(tmp_path_factory):
+    """Six centred d = 4 trials trained to a short cap, three of them also to a longer one."""
+    base = tmp_path_factory.mktemp("probe")
+    args = ["train", "--scheme", "centred", "--d", "4", "--m", "200", "--lambda-exps", "-3", "-8", "--n-log", "20",
+            "--quiet"]
+    assert cli([*args, "--seeds", *map(str, range(6)), "--max-iters", "400", "--out", str(base / "short")]) == 0
+    assert cli([*args, "--seeds", "0", "1", "2", "--max-iters", "800", "--out", str(base / "long")]) == 0
+    return base
+
+
+def _probe_page(monkeypatch, capsys, *argv):
+    monkeypatch.setattr(sys, "argv", [str(PROBE_SCRIPT), *map(str, argv)])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(PROBE_SCRIPT), run_name="__main__")
+    return exit_.value.code, capsys.readouterr().out
+
+
+def test_angle_probe_page(probe_roots, tmp_path, monkeypatch, capsys):
+    """The runs' own final angles and their histories' values at half the cap; each trial's straggler
+    count from its trial file; the paper's columns at both d judged; the long runs compared."""
+    out_md = tmp_path / "probe.md"
+    code, out = _probe_page(monkeypatch, capsys, probe_roots / "short", "centred", 4, 200, out_md,
+                            "--against", 16, "--full-root", probe_roots / "long")
+    assert code == 0
+    assert "Trials: 6 (seeds 0–5), λ = 4^-3, 4^-8, each run trained to 400 iterations" in out
+    assert "--lambda-exps -3 -8 --max-iters 400 --n-log 20 --loss-convention authors --rho 1`" in out
+    assert "| max_angle_deg | 1 | " in out and "### max_angle_deg (Tables 1)" in out
+    assert "paper d = 4 | paper d = 16 |" in out and "`authors` convention, ρ = 1," in out
+    assert "Against the same trials trained to 800 iterations" in out and "6 runs, 3 trials" in out
+    runs = pd.read_csv(tmp_path / "probe_runs.csv")
+    base = probe_roots / "short" / "centred" / "d4" / "m200"
+    for seed in range(6):
+        t = np.load(base / f"seed{seed}" / "trial.npz")
+        counts = (t["z"] @ t["X"].T > 0).sum(1)
+        pos = (t["s"] > 0) & (counts > 0)
+        fin = json.loads((base / f"seed{seed}" / "lamm8.json").read_text())["final"]
+        hist = np.load(base / f"seed{seed}" / "lamm8.npz")
+        row = runs[(runs.seed == seed) & (runs.lambda_exp == -8)].iloc[0]
+        assert row.straggler_count == counts[pos].min() and row.n_pos_init == pos.sum()
+        assert row.max_angle_deg == fin["max_angle_pos_deg"]
+        its = hist["history_iteration"]
+        if 200 in its:  # a logging point at half the cap: read exactly
+            assert row.max_angle_deg_half == hist["history_max_angle_pos_deg"][list(its).index(200)]
+    cells = pd.read_csv(tmp_path / "probe_cells.csv")
+    assert set(cells.paper_d) == {4, 16} and len(cells) == 2 * 2 * 2
+    ref = pd.read_csv(SCRIPT.parents[1] / "data" / "reference_tables.csv")
+    for d in (4, 16):
+        c = cells[(cells.metric == "mean_angle_deg") & (cells.lambda_exp == -3) & (cells.paper_d == d)].iloc[0]
+        paper = ref[(ref.table == 3) & (ref.d == d) & (ref.m == 200) & (ref.lambda_exp == -3)].iloc[0]
+        assert (c.paper_median, c.paper_std) == (paper["median"], paper["std"])
+        assert c["median"] == pytest.approx(runs[runs.lambda_exp == -3].mean_angle_deg.median(), rel=1e-12)
+    assert out_md.read_text().startswith("# Angles from short runs: centred d = 4, m = 200")
+
+
+def test_angle_probe_refuses_mixed_caps_and_missing_columns(probe_roots, tmp_path, monkeypatch, capsys):
+    root = tmp_path / "mixed"
+    shutil.copytree(probe_roots / "short", root)
+    shutil.copytree(probe_roots / "long" / "centred" / "d4" / "m200" / "seed0",
+                    root / "centred" / "d4" / "m200" / "seed0", dirs_exist_ok=True)
+    with pytest.raises(ValueError, match="differ in .cap, n_log"):
+        _probe_page(monkeypatch, capsys, root, "centred", 4, 200)
+    with pytest.raises(ValueError, match="the paper has no max_angle_deg for centred, d = 8"):
+        _probe_page(monkeypatch, capsys, probe_roots / "short", "centred", 4, 200, "--against", 8)

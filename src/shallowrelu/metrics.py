@@ -117,9 +117,16 @@ def eigenbasis(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return evals.contiguous(), (evecs * torch.where(sign == 0, torch.ones_like(sign), sign)).contiguous()
 
 
+def init_activity_counts(z: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """How many training points each neuron is active on at initialisation, #{i : z_j · x_i > 0},
+    (T, m) for z (T, m, d) and X (T, n, d). A J+ neuron active on few points grows slowly and ends
+    as the bundle's straggler, which sets the small-λ max angle (docs/reproduction.md)."""
+    return (torch.bmm(z, X.transpose(1, 2)) > 0).sum(-1)
+
+
 def init_groups(z: torch.Tensor, s: torch.Tensor, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """J+ and J− fixed at initialisation (SPEC §3): sign s_j = ±1 and some z_j · x_i > 0."""
-    live = (torch.bmm(z, X.transpose(1, 2)) > 0).any(-1)
+    live = init_activity_counts(z, X) > 0
     return live & (s > 0), live & (s < 0)
 
 

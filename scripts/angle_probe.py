@@ -1,0 +1,238 @@
+"""Angles from short runs: judge one (scheme, d, m)'s angle columns (Tables 1–4) on many trials, and
+relate each trial's small-λ max angle to its straggler (docs/reproduction.md, "What sets the small-λ
+angles").
+
+Once the hidden neurons align (the first ~10^3 iterations at small λ) the angles between them stay
+where they are while the loss falls for millions of iterations, so runs trained to a short cap give
+the angles of the paper's cap for seconds each, and many more trials than full runs. The page checks
+that on every run (the change from half the cap to the cap) and, with ``--full-root``, against the
+same trials trained to the paper's cap. The nuclear norm (Tables 5, 6) is not settled at a short cap
+and is not judged here.
+
+    python scripts/angle_probe.py ROOT SCHEME D M [OUT.md] [--against D ...] [--full-root ROOT]
+
+Reads every complete trial under ROOT/SCHEME/dD/mM (runs of one cap). Per run: the max and mean
+angle between J+ neurons at the cap and at half of it (from its history), and its trial's straggler
+count: the fewest training points any J+ neuron was active on at initialisation
+(``shallowrelu.metrics.init_activity_counts``). Per metric and λ: where the paper's median and std
+at D, and at each ``--against`` dimension, fall in the distributions of five of our trials
+(``shallowrelu.verdicts.sampling_verdicts``). Writes OUT.md, ``<stem>_cells.csv`` and
+``<stem>_runs.csv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from scipy.stats import spearmanr
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cap_evidence  # noqa: E402  (a sibling script, not a package)
+
+from shallowrelu.aggregate import load_reference, load_runs, split_commits  # noqa: E402
+from shallowrelu.io import atomic_write_text, parse_lambda_tag  # noqa: E402
+from shallowrelu.metrics import init_activity_counts, init_groups  # noqa: E402
+from shallowrelu.verdicts import sampling_verdicts  # noqa: E402
+
+ANGLES = ("max_angle_deg", "mean_angle_deg")
+SCHEMES = ("centred", "uncentred")
+VERDICT_COLS = ["n", "median5_q05", "median5_q95", "median_p", "median_verdict", "std5_q05", "std5_q95", "std_p",
+                "std_verdict", "verdict"]
+STRAGGLER_BINS = [(1, 1), (2, 3), (4, 7), (8, 15), (16, None)]
+
+
+def straggler_counts(trial_dirs: list[Path]) -> pd.DataFrame:
+    """Per trial: |J+| and the fewest training points a J+ neuron is active on at initialisation."""
+    rows = []
+    for td in trial_dirs:
+        with np.load(td / "trial.npz") as t:
+            z, s, X = (torch.from_numpy(t[k])[None] for k in ("z", "s", "X"))
+        counts = init_activity_counts(z, X)[0]
+        pos = init_groups(z, s, X)[0][0]
+        rows.append({"seed": int(td.name[4:]), "n_pos_init": int(pos.sum()),
+                     "straggler_count": int(counts[pos].min()) if bool(pos.any()) else -1})
+    return pd.DataFrame(rows)
+
+
+def load_probe(root: Path, scheme: str, d: int, m: int) -> tuple[pd.DataFrame, list[int], list[int]]:
+    """Every run of the complete trials: final angles, the angles at half the cap, the straggler count."""
+    paths, used, skipped = cap_evidence.complete_trials(root, scheme, d, m)
+    runs = load_runs(paths)
+    summaries = [json.loads(p.read_text()) for p in paths]
+    configs = {(int(j["config"]["max_iters"]), int(j["config"]["n_log"]), j["config"]["loss_convention"],
+                float(j["run"]["rho"])) for j in summaries}
+    if len(configs) != 1:
+        raise ValueError(f"the runs under {root} differ in (cap, n_log, loss convention, ρ): {sorted(configs)}; "
+                         "a probe is one configuration")
+    cap, n_log, convention, rho = configs.pop()
+    half = []
+    for p in paths:
+        row = runs[(runs.seed == int(p.parent.name[4:])) & (runs.lambda_exp == parse_lambda_tag(p.stem[3:]))].iloc[0]
+        vals, _ = cap_evidence.at_iteration(p.with_suffix(".npz"), cap // 2, int(row.iterations))
+        half.append({"seed": row.seed, "lambda_exp": row.lambda_exp, **{f"{a}_half": vals[a] for a in ANGLES}})
+    runs = runs.merge(pd.DataFrame(half), on=["seed", "lambda_exp"], validate="one_to_one")
+    strag = straggler_counts(sorted({p.parent for p in paths}))
+    return runs.merge(strag, on="seed", validate="many_to_one").assign(cap=cap, n_log=n_log, convention=convention,
+                                                                    rho=rho), used, skipped
+
+
+def judge(runs: pd.DataFrame, ref: pd.DataFrame, scheme: str, dims: list[int], m: int) -> pd.DataFrame:
+    """One row per (metric, λ, paper column d): the paper's median and std there and the verdicts."""
+    rows, values = [], []
+    for name in ANGLES:
+        for lam, grp in runs.groupby("lambda_exp", sort=False):
+            for d in dims:
+                sel = ref[(ref.scheme == scheme) & (ref.d == d) & (ref.m == m) & (ref.lambda_exp == lam)
+                          & (ref.metric == name)]
+                if not len(sel):
+                    raise ValueError(f"the paper has no {name} for {scheme}, d = {d}, m = {m}, λ = 4^{lam}")
+                rows.append({"table": sel.iloc[0].table, "metric": name, "lambda_exp": lam, "paper_d": d,
+                             "paper_median": sel.iloc[0].paper_median, "paper_std": sel.iloc[0].paper_std,
+                             "median": float(grp[name].median())})
+                values.append(grp[name].to_numpy(float))
+    frame = pd.DataFrame(rows)
+    res = sampling_verdicts(values, frame.paper_median.to_numpy(float), frame.paper_std.to_numpy(float),
+                            baselines=False)
+    return pd.concat([frame, pd.DataFrame({c: res[c] for c in VERDICT_COLS})], axis=1)
+
+
+def full_check(runs: pd.DataFrame, full_root: Path, scheme: str, d: int, m: int) -> str:
+    """How far the probe's angles are from the same trials' angles at the full root's cap."""
+    paths, _, _ = cap_evidence.complete_trials(full_root, scheme, d, m)
+    full = load_runs(paths)
+    pair = runs.merge(full, on=["seed", "lambda_exp"], suffixes=("", "_full"))
+    if not len(pair):
+        raise ValueError(f"no run under {full_root} shares a (seed, λ) with the probe")
+    parts = []
+    for name in ANGLES:
+        rel = ((pair[name] - pair[f"{name}_full"]) / pair[f"{name}_full"]).abs()
+        parts.append(f"{name} median {rel.median():.1e}, largest {rel.max():.1e}")
+    cap = int(json.loads(paths[0].read_text())["config"]["max_iters"])
+    return (f"Against the same trials trained to {cap:,} iterations ({full_root}; {len(pair)} runs, "
+            f"{pair.seed.nunique()} trials), relative differences of the probe's angles: " + "; ".join(parts) + ".")
+
+
+def _fmt(x: float) -> str:
+    return "–" if not np.isfinite(x) else f"{x:.3g}"
+
+
+def _tables(cells: pd.DataFrame) -> str:
+    """The paper's table numbers of some cells ('1;7': a cell printed in two tables), joined."""
+    return ", ".join(map(str, sorted({int(t) for x in cells.table for t in str(x).split(";")})))
+
+
+def straggler_table(runs: pd.DataFrame) -> str:
+    """Per straggler-count bin, at the smallest λ: trials, and their median max and mean angles."""
+    lam = int(runs.lambda_exp.min())
+    sub = runs[runs.lambda_exp == lam]
+    rho = {int(le): (spearmanr(g.straggler_count, g.max_angle_deg).statistic
+                     if g.straggler_count.nunique() > 1 and g.max_angle_deg.nunique() > 1 else np.nan)
+           for le, g in runs.groupby("lambda_exp")}
+    out = ["Spearman correlation of the straggler count with the max angle, per λ: "
+           + ", ".join(f"4^{le}: {r:+.2f}" for le, r in sorted(rho.items(), reverse=True))
+           + " (nan: one side the same in every trial).", "",
+           f"At λ = 4^{lam}, by straggler count (fewest initially active points of a J+ neuron):", "",
+           "| straggler count | trials | share | median max angle (°) | median mean angle (°) |",
+           "|---|---|---|---|---|"]
+    for lo, hi in STRAGGLER_BINS:
+        g = sub[(sub.straggler_count >= lo) & ((sub.straggler_count <= hi) if hi is not None else True)]
+        label = f"{lo}" if lo == hi else (f"{lo}–{hi}" if hi is not None else f"≥ {lo}")
+        out.append(f"| {label} | {len(g)} | {len(g) / len(sub):.0%} | {_fmt(g.max_angle_deg.median())} | "
+                   f"{_fmt(g.mean_angle_deg.median())} |")
+    return "\n".join(out) + "\n"
+
+
+def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, used: list[int],
+         skipped: list[int], check: str) -> str:
+    cap = int(runs.cap.iloc[0])
+    commits = sorted({c.removesuffix("-dirty")[:12] for cs in runs.git_commit for c in split_commits(cs)})
+    settle = {a: ((runs[a] - runs[f"{a}_half"]) / runs[a]).abs() for a in ANGLES}
+    moved = sorted({(int(r.seed), int(r.lambda_exp)) for a in ANGLES for r in runs[settle[a] > 0.01].itertuples()})
+    dims = sorted(cells.paper_d.unique(), key=lambda x: (x != d, x))
+    out = [f"Trials: {len(used)} (seeds {used[0]}–{used[-1]}" + ("" if used == list(range(used[0], used[-1] + 1))
+                                                                   else ", not contiguous") +
+           f"), λ = {', '.join(f'4^{le}' for le in sorted(runs.lambda_exp.unique(), reverse=True))}, each run "
+           f"trained to {cap:,} iterations (`{runs.convention.iloc[0]}` convention, ρ = {runs.rho.iloc[0]:.4g}, "
+           "float64, CPU)."
+           + (f" Skipped, still training: seeds {', '.join(map(str, skipped))}." if skipped else ""),
+           f"Trained by `python -m shallowrelu train --scheme {scheme} --d {d} --m {m} --seeds S… --lambda-exps "
+           f"{' '.join(str(le) for le in sorted(runs.lambda_exp.unique(), reverse=True))} --max-iters {cap} "
+           f"--n-log {int(runs.n_log.iloc[0])} --loss-convention {runs.convention.iloc[0]} "
+           f"--rho {runs.rho.iloc[0]:.17g}` "
+           "(one or more seeds per process). Git commits recorded by the runs: "
+           f"{', '.join(commits)}.", "",
+           "Settled: relative change of each run's angles from iteration "
+           f"{cap // 2:,} to {cap:,}: max angle median {settle['max_angle_deg'].median():.1e}, largest "
+           f"{settle['max_angle_deg'].max():.1e}; mean angle median {settle['mean_angle_deg'].median():.1e}, "
+           f"largest {settle['mean_angle_deg'].max():.1e}; runs changed by more than 1 %: "
+           + (", ".join(f"seed {s} λ = 4^{le}" for s, le in moved) if moved else "none") + ".", ""]
+    if check:
+        out += [check, ""]
+    out += ["Consistent cells against the paper's column at each d (" + f"the paper's d = {d} is this probe's own):",
+            "", "| metric | table | " + " | ".join(f"paper d = {x}" for x in dims) + " |",
+            "|---|---|" + "---|" * len(dims)]
+    for name in ANGLES:
+        sub = cells[cells.metric == name]
+        counts = [f"{int((sub[sub.paper_d == x].verdict == 'consistent').sum())}/{int((sub.paper_d == x).sum())}"
+                  for x in dims]
+        out.append(f"| {name} | {_tables(sub)} | " + " | ".join(counts) + " |")
+    out += ["", straggler_table(runs).rstrip("\n"), "",
+            "Per cell: our median over all trials, [5 %, 95 %] of the median of five of them, the same for the "
+            "std (ddof 1), and per paper column its median (std), the two-sided p of its median and std in "
+            "those distributions, and the verdict.", ""]
+    for name in ANGLES:
+        out += [f"### {name} (Tables {_tables(cells[cells.metric == name])})", "",
+                "| λ | ours: median [5-trial range], std [range] | "
+                + " | ".join(f"paper d = {x}: median (std), p median / std, verdict" for x in dims) + " |",
+                "|---|---|" + "---|" * len(dims)]
+        sub = cells[cells.metric == name]
+        for lam in sorted(sub.lambda_exp.unique(), reverse=True):
+            here = sub[sub.lambda_exp == lam].set_index("paper_d")
+            c = here.loc[d] if d in here.index else here.iloc[0]
+            cols = [f"4^{lam}", f"{_fmt(c['median'])} [{_fmt(c.median5_q05)}, {_fmt(c.median5_q95)}], "
+                                f"std [{_fmt(c.std5_q05)}, {_fmt(c.std5_q95)}]"]
+            for x in dims:
+                r = here.loc[x]
+                cols.append(f"{_fmt(r.paper_median)} ({_fmt(r.paper_std)}), {r.median_p:.2g} / {r.std_p:.2g}, "
+                            f"{r.verdict}")
+            out.append("| " + " | ".join(cols) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="scripts/angle_probe.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("root", type=Path)
+    p.add_argument("scheme", choices=SCHEMES)
+    p.add_argument("d", type=int)
+    p.add_argument("m", type=int)
+    p.add_argument("out", type=Path, nargs="?")
+    p.add_argument("--against", type=int, nargs="+", default=[], metavar="D",
+                   help="also judge the trials against the paper's columns at these d (same scheme and m)")
+    p.add_argument("--full-root", type=Path, help="the same trials trained to the paper's cap")
+    args = p.parse_args(argv)
+    runs, used, skipped = load_probe(args.root, args.scheme, args.d, args.m)
+    dims = list(dict.fromkeys([args.d, *args.against]))
+    cells = judge(runs, load_reference(cap_evidence.REFERENCE), args.scheme, dims, args.m)
+    check = full_check(runs, args.full_root, args.scheme, args.d, args.m) if args.full_root else ""
+    text = page(runs, cells, args.scheme, args.d, args.m, used, skipped, check)
+    print(text, end="")
+    if args.out:
+        atomic_write_text(args.out, f"# Angles from short runs: {args.scheme} d = {args.d}, m = {args.m}\n\n"
+                          f"Generated by `python scripts/angle_probe.py {' '.join(argv)}`.\n\n" + text)
+        stem = args.out.with_suffix("")
+        atomic_write_text(Path(f"{stem}_cells.csv"), cells.to_csv(index=False))
+        keep = ["seed", "lambda_exp", "stop_reason", "iterations", "git_commit", "n_pos_init", "straggler_count",
+                *[c for a in ANGLES for c in (f"{a}_half", a)]]
+        atomic_write_text(Path(f"{stem}_runs.csv"), runs[keep].to_csv(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
