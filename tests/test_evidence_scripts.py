@@ -363,3 +363,38 @@ def test_angle_probe_refuses_mixed_caps_and_missing_columns(probe_roots, tmp_pat
         _probe_page(monkeypatch, capsys, root, "centred", 4, 200)
     with pytest.raises(ValueError, match="the paper has no max_angle_deg for centred, d = 8"):
         _probe_page(monkeypatch, capsys, probe_roots / "short", "centred", 4, 200, "--against", 8)
+
+
+MC_SCRIPT = SCRIPT.parent / "straggler_mc.py"
+
+
+def test_straggler_mc_counts_the_trials_and_the_five_trial_probability(probe_roots, tmp_path, monkeypatch, capsys):
+    """The drawn counts are the training command's trials' own (the probe's trial files), and the
+    five-trial probability is the binomial sum it states, checked against direct enumeration."""
+    monkeypatch.syspath_prepend(str(MC_SCRIPT.parent))
+    import straggler_mc
+
+    out = tmp_path / "counts.csv"
+    monkeypatch.setattr(sys, "argv", [str(MC_SCRIPT), "centred", "--dims", "4", "--m", "200", "--seeds", "6",
+                                      "--five", "1", "2", "--out", str(out)])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(MC_SCRIPT), run_name="__main__")
+    assert exit_.value.code == 0
+    assert "centred, m = 200, seeds 0–5" in capsys.readouterr().out
+    counts = pd.read_csv(out)
+    base = probe_roots / "short" / "centred" / "d4" / "m200"
+    for seed in range(6):
+        t = np.load(base / f"seed{seed}" / "trial.npz")
+        c = (t["z"] @ t["X"].T > 0).sum(1)
+        assert counts.straggler_count[seed] == c[(t["s"] > 0) & (c > 0)].min()
+
+    rng = np.random.default_rng(0)
+    sample = rng.integers(1, 7, size=40)
+    p = {k: np.mean(sample == k) for k in range(1, 7)}
+    direct = 0.0  # enumerate the 6^5 outcomes of five draws
+    for combo in np.array(np.meshgrid(*[np.arange(1, 7)] * 5)).reshape(5, -1).T:
+        if (combo >= 2).all() and (combo >= 4).sum() >= 3:
+            direct += np.prod([p[k] for k in combo])
+    assert direct > 0 and straggler_mc.five_like(sample, 2, 4) == pytest.approx(direct, rel=1e-12)
+    with pytest.raises(ValueError, match="B >= A"):
+        straggler_mc.five_like(sample, 8, 4)
