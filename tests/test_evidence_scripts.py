@@ -78,11 +78,16 @@ def cap_roots(tmp_path_factory):
     return base, low
 
 
-def _cap_page(monkeypatch, capsys, *argv):
-    monkeypatch.setattr(sys, "argv", [str(CAP_SCRIPT), *map(str, argv)])
+def _run_script(script, monkeypatch, capsys, *argv):
+    """Run a script of scripts/ as ``python SCRIPT ARGV...``: its exit code and standard output."""
+    monkeypatch.setattr(sys, "argv", [str(script), *map(str, argv)])
     with pytest.raises(SystemExit) as exit_:
-        runpy.run_path(str(CAP_SCRIPT), run_name="__main__")
+        runpy.run_path(str(script), run_name="__main__")
     return exit_.value.code, capsys.readouterr().out
+
+
+def _cap_page(monkeypatch, capsys, *argv):
+    return _run_script(CAP_SCRIPT, monkeypatch, capsys, *argv)
 
 
 def test_cap_page(cap_roots, tmp_path, monkeypatch, capsys):
@@ -311,10 +316,7 @@ def probe_roots(tmp_path_factory):
 
 
 def _probe_page(monkeypatch, capsys, *argv):
-    monkeypatch.setattr(sys, "argv", [str(PROBE_SCRIPT), *map(str, argv)])
-    with pytest.raises(SystemExit) as exit_:
-        runpy.run_path(str(PROBE_SCRIPT), run_name="__main__")
-    return exit_.value.code, capsys.readouterr().out
+    return _run_script(PROBE_SCRIPT, monkeypatch, capsys, *argv)
 
 
 def test_angle_probe_page(probe_roots, tmp_path, monkeypatch, capsys):
@@ -375,12 +377,9 @@ def test_straggler_mc_counts_the_trials_and_the_five_trial_probability(probe_roo
     import straggler_mc
 
     out = tmp_path / "counts.csv"
-    monkeypatch.setattr(sys, "argv", [str(MC_SCRIPT), "centred", "--dims", "4", "--m", "200", "--seeds", "6",
-                                      "--five", "1", "2", "--out", str(out)])
-    with pytest.raises(SystemExit) as exit_:
-        runpy.run_path(str(MC_SCRIPT), run_name="__main__")
-    assert exit_.value.code == 0
-    assert "centred, m = 200, seeds 0–5" in capsys.readouterr().out
+    code, printed = _run_script(MC_SCRIPT, monkeypatch, capsys, "centred", "--dims", 4, "--m", 200, "--seeds", 6,
+                                "--five", 1, 2, "--out", out)
+    assert code == 0 and "centred, m = 200, seeds 0–5" in printed
     counts = pd.read_csv(out)
     base = probe_roots / "short" / "centred" / "d4" / "m200"
     for seed in range(6):
