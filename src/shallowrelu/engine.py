@@ -284,7 +284,8 @@ def read_checkpoint(ck: Path) -> Any:
     data = Path(ck).read_bytes()
     if not data.startswith(CHECKPOINT_MAGIC):
         return pickle.loads(data)
-    digest, payload = data[len(CHECKPOINT_MAGIC):len(CHECKPOINT_MAGIC) + 32], data[len(CHECKPOINT_MAGIC) + 32:]
+    view = memoryview(data)  # slices without copies: the payload is most of a job's memory at d = 1024
+    digest, payload = bytes(view[len(CHECKPOINT_MAGIC):len(CHECKPOINT_MAGIC) + 32]), view[len(CHECKPOINT_MAGIC) + 32:]
     if hashlib.sha256(payload).digest() != digest:
         raise ValueError("checksum mismatch (truncated or corrupted)")
     return pickle.loads(payload)
@@ -336,13 +337,30 @@ def _load_checkpoint(ck: Path, cfg_fp: str, run_fps: dict[str, str], desc: str) 
 def _write_checkpoint(ck: Path, state: dict[str, Any]) -> None:
     """Save the batch at a logging point (after its stop decisions) atomically: temp file, fsync,
     rename, so a kill at any moment leaves either the previous or the new checkpoint. The file is
-    CHECKPOINT_MAGIC, the SHA-256 of the pickle, the pickle (read_checkpoint checks the hash)."""
-    payload = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+    CHECKPOINT_MAGIC, the SHA-256 of the pickle, the pickle (read_checkpoint checks the hash). The
+    pickle is streamed to the file and hashed on the way (the hash's place is filled in after it),
+    not built in memory first: at d = 1024 that copy of the whole state was the peak of a job's
+    memory."""
     with _atomic_path(ck, ".pkl") as tmp:
         with open(tmp, "wb") as fh:
-            fh.write(CHECKPOINT_MAGIC + hashlib.sha256(payload).digest() + payload)
+            fh.write(CHECKPOINT_MAGIC + bytes(32))
+            out = _HashingWriter(fh)
+            pickle.dump(state, out, protocol=pickle.HIGHEST_PROTOCOL)
+            fh.seek(len(CHECKPOINT_MAGIC))
+            fh.write(out.sha256.digest())
             fh.flush()
             os.fsync(fh.fileno())
+
+
+class _HashingWriter:
+    """A binary file's ``write`` that also feeds the SHA-256 of everything written through it."""
+
+    def __init__(self, fh: Any):
+        self.fh, self.sha256 = fh, hashlib.sha256()
+
+    def write(self, data: Any) -> int:
+        self.sha256.update(data)
+        return self.fh.write(data)
 
 
 class _Job:

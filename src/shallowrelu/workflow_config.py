@@ -17,10 +17,12 @@ Two things the schema validator alone does badly:
 ``skip_iri_format_checker`` spares each Snakemake start ~3 s of an optional import of jsonschema.
 ``prepend_pythonpath`` lets every job import the package of the checkout it runs from;
 ``profile_config`` reads the config a Snakemake profile sets (e.g. profiles/gpu's train settings).
+``train_memory_mb`` is the memory model behind the training jobs' ``mem_mb`` (common.smk).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -328,3 +330,43 @@ def describe(node: dict[str, Any], root: dict[str, Any]) -> str:
     if not parts and "pattern" in node:
         parts = [f"matching {node['pattern']}"]
     return " or ".join(parts) or "any value"
+
+
+# --- resources ------------------------------------------------------------------------------
+
+# Coefficients of train_memory_mb, in float64 values (8 bytes) unless marked otherwise.
+MEM_TRIAL_ND = 20  # per trial, × n·d: its data (X and the evaluation sets, 7.25·n·d) as numpy arrays and
+#                   again as the batch's tensors, the dense layout's X and Xᵀ, the singular basis, the
+#                   checkpoint's transient copy of the largest tensor (pickled twice over)
+MEM_TRIAL_DD = 4  # per trial, × d²: the eigenbasis of XᵀX/n, its eigh, Uᵀ of the SVD
+MEM_RUN_DD = 1  # per run, × d²: measure()'s eigenbasis gathered per run at every logging point (transient)
+MEM_RUN_MND = 12  # per run, × m·(n + d): weights, W_prev, the layouts' (neurons × points) buffers, the
+#                   spectral and grouped steppers' classification arrays (transient)
+MEM_ROW_EXTRA = 128  # per run and logging point, × (d + this): a history row (d eigen-coordinates, ~40 scalars)
+MEM_RUN_BYTES = 1_000_000  # per run, bytes: Python objects, its result files' buffers
+
+
+def train_memory_mb(d: int, m: int, n_runs: int, n_trials: int, n: int | None = None, n_log: int = 1000,
+                    base_mb: float = 1000, safety: float = 3.0) -> int:
+    """Memory request (MB, 10⁶ bytes) of a ``train`` job of ``n_runs`` runs on ``n_trials`` trials
+    (datasets of n points in d dimensions, n = d by default; width m), with at most ``n_log``
+    logging points: ``base_mb + safety × model``, where ``model`` (bytes) is a fit of the peak RSS,
+    float64 on the CPU:
+
+        8 × [ n_trials × (20·n·d + 4·d²)                     data, layouts, bases, checkpoint
+              + n_runs × (d² + 12·m·(n + d))                 measurements, weights, step buffers
+              + n_runs × n_log × (d + 128) ]                 histories
+        + n_runs × 1 MB
+
+    (MEM_* above say what each term covers). Measured peak RSS (``/usr/bin/time -f %M``, one
+    thread, checkpoints at every logging point) at d ∈ {256, 1024}, m ∈ {25, 200}, 1–5 trials and
+    4–80 runs, tests/test_memory_model.py, lie between the fixed part of a process (~400 MB:
+    interpreter, torch, the numba kernels) plus this model and ~60% of that; ``base_mb`` (config
+    ``train.resources.mem_mb_base``, 1000) covers the fixed part and the C allocator's retained
+    heap (up to ~400 MB more at d = 256, varying from run to run), ``safety``
+    (``mem_safety``, 3) the rest. On CUDA the batch lives on the device: host memory is less."""
+    n = d if n is None else n
+    per_trial = MEM_TRIAL_ND * n * d + MEM_TRIAL_DD * d * d
+    per_run = MEM_RUN_DD * d * d + MEM_RUN_MND * m * (n + d) + n_log * (d + MEM_ROW_EXTRA)
+    model = 8 * (n_trials * per_trial + n_runs * per_run) + n_runs * MEM_RUN_BYTES
+    return int(base_mb + math.ceil(safety * model / 1e6))

@@ -14,7 +14,7 @@ from pathlib import Path
 REPO = str(Path(workflow.basedir).resolve())
 SRC = f"{REPO}/src"
 sys.path.insert(0, SRC)
-from shallowrelu.workflow_config import prepend_interpreter_path, prepend_pythonpath  # noqa: E402
+from shallowrelu.workflow_config import prepend_interpreter_path, prepend_pythonpath, train_memory_mb  # noqa: E402
 
 # Jobs inherit this environment: every rule finds the package of this checkout, also in the
 # conda environments (which do not install it) and in jobs that Snakemake submits to Slurm,
@@ -222,18 +222,25 @@ def trial_runtime_minutes(d, m, n_runs, max_iters, n=None):
     return minutes if cap is None else min(minutes, cap)
 
 
-def trial_mem_mb(d, m, n_runs):
-    """Memory estimate (MB): base + safety × (~12 float64 arrays of size runs × m × (n + d)
-    + the histories: n_log points × runs × (d eigen-coordinates + ~64 scalars))."""
+def trial_mem_mb(d, m, n_runs, n_trials=None, n=None):
+    """Memory request (MB) of a training job of n_runs runs on n_trials trials (default: one per
+    run, an upper bound), n points (default d): base + safety × a fit of the measured peak RSS
+    (shallowrelu.workflow_config.train_memory_mb, which says what each term covers):
+
+        mem_mb_base + mem_safety × (8 B × [trials × (20·n·d + 4·d²) + runs × (d² + 12·m·(n + d))
+                                           + runs × n_log × (d + 128)] + runs × 1 MB)
+
+    The trials' data (X, evaluation sets, eigenbasis, SVD) and the per-run d² of the measurements
+    dominate at d = 1024, not the weights (docs/workflow.md, "Resources")."""
     res = TRAIN["resources"]
-    arrays = 12 * n_runs * m * (2 * d) * 8 / 1e6
-    history = TRAIN["n_log"] * n_runs * (d + 64) * 8 / 1e6
-    return int(res["mem_mb_base"] + math.ceil(res["mem_safety"] * (arrays + history)))
+    return train_memory_mb(d, m, n_runs, n_runs if n_trials is None else n_trials, n=n, n_log=TRAIN["n_log"],
+                           base_mb=res["mem_mb_base"], safety=res["mem_safety"])
 
 
-def trial_resources(d, m, n_runs):
+def trial_resources(d, m, n_runs, n_trials=None, n=None):
     """Resources of a training job: mem_mb, runtime, and slurm_partition / gpu where configured."""
-    res = {"mem_mb": trial_mem_mb(d, m, n_runs), "runtime": trial_runtime_minutes(d, m, n_runs, TRAIN["max_iters"])}
+    res = {"mem_mb": trial_mem_mb(d, m, n_runs, n_trials, n),
+           "runtime": trial_runtime_minutes(d, m, n_runs, TRAIN["max_iters"])}
     if TRAIN["resources"]["slurm_partition"]:
         res["slurm_partition"] = TRAIN["resources"]["slurm_partition"]
     if TRAIN["resources"].get("slurm_account"):
@@ -246,7 +253,7 @@ def trial_resources(d, m, n_runs):
 def job_resources(job):
     """trial_resources of a training job given as a dict (dynamics.smk's jobs: d, m, seeds,
     max_iters, n), with the runtime of its own iteration cap and number of points."""
-    return dict(trial_resources(job["d"], job["m"], len(job["seeds"])),
+    return dict(trial_resources(job["d"], job["m"], len(job["seeds"]) * len(job["exps"]), len(job["seeds"]), n=job["n"]),
                 runtime=trial_runtime_minutes(job["d"], job["m"], len(job["seeds"]), job["max_iters"], n=job["n"]))
 
 

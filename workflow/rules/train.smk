@@ -14,7 +14,7 @@ for _jobs in training_processes():
         _keys = _jobs[0]
         _root, _, _d, _m, _, _rho = _keys[0]
         _exps = sorted(TRIALS[_keys[0]], reverse=True)
-        _res = trial_resources(_d, _m, len(_exps) * len(_keys))
+        _res = trial_resources(_d, _m, len(_exps) * len(_keys), len(_keys))
 
         rule:
             name:
@@ -55,7 +55,7 @@ for _jobs in training_processes():
                 " > {log} 2>&1"
         continue
     _name = process_name([job_name(keys) for keys in _jobs])
-    _res = process_resources([trial_resources(k[0][2], k[0][3], len(TRIALS[k[0]]) * len(k)) for k in _jobs])
+    _res = process_resources([trial_resources(k[0][2], k[0][3], len(TRIALS[k[0]]) * len(k), len(k)) for k in _jobs])
 
     rule:
         name:

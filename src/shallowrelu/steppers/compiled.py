@@ -21,8 +21,10 @@ class CompiledStepper(DenseStepper):
             if part.blocks or part.select is not None:  # CUDA's mode (tests force it on the CPU)
                 part.steps(count, self.check_every)
                 continue
-            kern = part.__dict__.get("_kernel")
-            if kern is None:
-                kern = part._kernel = step_kernel.StepKernel(part)
+            # made per call, not kept on the part: a kernel holds its part (fs), so a part that held
+            # its kernel would be a reference cycle, and the layout's buffers (its own copies of X
+            # and Xᵀ, 16 MiB per part at n = d = 1024) would outlive every chunk until Python's
+            # cyclic collector ran (rarely: ~13 GB garbage in a 40-run d = 1024 job)
+            kern = step_kernel.StepKernel(part)
             done = kern.steps(count, int(part.t), part.kappa, part.lr, part.target, bool(self.check_every))
             part.t.add_(done)
