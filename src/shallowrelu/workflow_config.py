@@ -358,13 +358,14 @@ def train_memory_mb(d: int, m: int, n_runs: int, n_trials: int, n: int | None = 
               + n_runs × n_log × (d + 128) ]                 histories
         + n_runs × 1 MB
 
-    (MEM_* above say what each term covers). Measured peak RSS (``/usr/bin/time -f %M``, one
-    thread, checkpoints at every logging point) at d ∈ {256, 1024}, m ∈ {25, 200}, 1–5 trials and
-    4–80 runs, tests/test_memory_model.py, lie between the fixed part of a process (~400 MB:
-    interpreter, torch, the numba kernels) plus this model and ~60% of that; ``base_mb`` (config
-    ``train.resources.mem_mb_base``, 1000) covers the fixed part and the C allocator's retained
-    heap (up to ~400 MB more at d = 256, varying from run to run), ``safety``
-    (``mem_safety``, 3) the rest. On CUDA the batch lives on the device: host memory is less."""
+    (MEM_* above say what each term covers). Fitted to the peak RSS (``/usr/bin/time -f %M``, one
+    thread, a checkpoint at every logging point) of jobs at d ∈ {16, 64, 256, 1024}, m ∈ {25, 200},
+    1–5 trials and 4–80 runs (tests/test_memory_model.py): ~400 MB (interpreter, torch, the numba
+    kernels) plus the model is within 0.75–1.2 of each peak, except where the C allocator kept up
+    to ~400 MB of freed heap (d = 256, varying from run to run). ``base_mb`` (config
+    ``train.resources.mem_mb_base``, 1000) covers both, so base_mb + model alone is ≥ 1.2 × every
+    measured peak; ``safety`` (``mem_safety``, 3) is headroom on top. On CUDA the batch lives on
+    the device: host memory is less."""
     n = d if n is None else n
     per_trial = MEM_TRIAL_ND * n * d + MEM_TRIAL_DD * d * d
     per_run = MEM_RUN_DD * d * d + MEM_RUN_MND * m * (n + d) + n_log * (d + MEM_ROW_EXTRA)
