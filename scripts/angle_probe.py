@@ -14,7 +14,7 @@ and is not judged here.
 Reads every complete trial under ROOT/SCHEME/dD/mM (runs of one cap). Per run: the max and mean
 angle between J+ neurons at the cap and at half of it (from its history), and its trial's straggler
 count: the fewest training points any J+ neuron was active on at initialisation
-(``shallowrelu.metrics.init_activity_counts``). Per metric and λ: where the paper's median and std
+(``shallowrelu.metrics.straggler_count``). Per metric and λ: where the paper's median and std
 at D, and at each ``--against`` dimension, fall in the distributions of five of our trials
 (``shallowrelu.verdicts.sampling_verdicts``). Writes OUT.md, ``<stem>_cells.csv`` and
 ``<stem>_runs.csv``.
@@ -37,7 +37,7 @@ import cap_evidence  # noqa: E402  (a sibling script, not a package)
 
 from shallowrelu.aggregate import load_reference, load_runs, split_commits  # noqa: E402
 from shallowrelu.io import atomic_write_text, parse_lambda_tag  # noqa: E402
-from shallowrelu.metrics import init_activity_counts, init_groups  # noqa: E402
+from shallowrelu.metrics import init_groups, straggler_count  # noqa: E402
 from shallowrelu.verdicts import sampling_verdicts  # noqa: E402
 
 ANGLES = ("max_angle_deg", "mean_angle_deg")
@@ -53,10 +53,8 @@ def straggler_counts(trial_dirs: list[Path]) -> pd.DataFrame:
     for td in trial_dirs:
         with np.load(td / "trial.npz") as t:
             z, s, X = (torch.from_numpy(t[k])[None] for k in ("z", "s", "X"))
-        counts = init_activity_counts(z, X)[0]
-        pos = init_groups(z, s, X)[0][0]
-        rows.append({"seed": int(td.name[4:]), "n_pos_init": int(pos.sum()),
-                     "straggler_count": int(counts[pos].min()) if bool(pos.any()) else -1})
+        rows.append({"seed": int(td.name[4:]), "n_pos_init": int(init_groups(z, s, X)[0].sum()),
+                     "straggler_count": int(straggler_count(z, s, X)[0])})
     return pd.DataFrame(rows)
 
 

@@ -2,7 +2,7 @@
 training points (docs/reproduction.md, "What sets the small-λ angles").
 
 The straggler count of a trial, the fewest training points any J+ neuron is active on at
-initialisation (``shallowrelu.metrics.init_activity_counts``), depends on the data and the
+initialisation (``shallowrelu.metrics.straggler_count``), depends on the data and the
 initialisation alone, so its distribution over seeds needs no training: this draws the trials
 themselves (``shallowrelu.datasets.make_trial``, the same seeds as the training command's) and
 counts.
@@ -28,7 +28,7 @@ import torch
 
 from shallowrelu.datasets import SCHEMES, make_trial
 from shallowrelu.io import atomic_write_text
-from shallowrelu.metrics import init_activity_counts, init_groups
+from shallowrelu.metrics import straggler_count as trial_straggler_count
 
 THRESHOLDS = (2, 4, 8, 9, 10, 16, 20, 32)
 
@@ -37,9 +37,7 @@ def straggler_count(scheme: str, d: int, m: int, seed: int, rho: float | None) -
     """The fewest training points a J+ neuron of trial (scheme, d, m, seed) is active on at
     initialisation (-1 when J+ is empty)."""
     t = make_trial(scheme, d, m, seed, rho)
-    z, s, X = (torch.from_numpy(a)[None] for a in (t.z, t.s, t.X))
-    pos = init_groups(z, s, X)[0][0]
-    return int(init_activity_counts(z, X)[0][pos].min()) if bool(pos.any()) else -1
+    return int(trial_straggler_count(*(torch.from_numpy(a)[None] for a in (t.z, t.s, t.X)))[0])
 
 
 def five_like(counts: np.ndarray, at_least_all: int, at_least_three: int) -> float:

@@ -9,7 +9,14 @@ import pytest
 import torch
 
 from shallowrelu.datasets import SCHEMES, Trial, make_trial
-from shallowrelu.metrics import angle_between, init_activity_counts, init_groups, nuclear_norm, pairwise_angle_stats
+from shallowrelu.metrics import (
+    angle_between,
+    init_activity_counts,
+    init_groups,
+    nuclear_norm,
+    pairwise_angle_stats,
+    straggler_count,
+)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -167,6 +174,11 @@ def test_init_activity_counts_and_groups_on_a_hand_made_case():
     assert init_activity_counts(z, X).tolist() == [[3, 1, 0, 2]]
     pos, neg = init_groups(z, s, X)
     assert pos.tolist() == [[True, False, False, False]] and neg.tolist() == [[False, True, False, True]]
+    assert straggler_count(z, s, X).tolist() == [3]  # the one J+ neuron; the inactive z_3 is not in J+
+    s_none = torch.tensor([[-1.0, -1.0, 1.0, -1.0]], dtype=torch.float64)  # J+ = {z_3}, never active: empty
+    assert straggler_count(z, s_none, X).tolist() == [-1]
+    s_two = torch.tensor([[1.0, -1.0, 1.0, 1.0]], dtype=torch.float64)  # J+ = {z_1 (3 points), z_4 (2)}
+    assert straggler_count(torch.cat([z, z]), torch.cat([s_two, s_none]), torch.cat([X, X])).tolist() == [2, -1]
 
 
 def test_init_activity_counts_match_numpy_on_a_trial():

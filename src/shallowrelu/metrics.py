@@ -130,6 +130,16 @@ def init_groups(z: torch.Tensor, s: torch.Tensor, X: torch.Tensor) -> tuple[torc
     return live & (s > 0), live & (s < 0)
 
 
+def straggler_count(z: torch.Tensor, s: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """Per trial (T,): the fewest training points a J+ neuron is active on at initialisation, the
+    trial's straggler, whose angle sets the small-λ max angle (docs/reproduction.md); −1 where J+ is
+    empty."""
+    counts = init_activity_counts(z, X)
+    pos = (counts > 0) & (s > 0)
+    fewest = torch.where(pos, counts, torch.full_like(counts, torch.iinfo(counts.dtype).max)).min(-1).values
+    return torch.where(pos.any(-1), fewest, torch.full_like(fewest, -1))
+
+
 def end_groups(W: torch.Tensor, a: torch.Tensor, X: torch.Tensor,
                trial: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """J+ and J− re-evaluated on the current weights: sign of a_j and some w_j · x_i > 0.
