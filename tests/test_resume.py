@@ -486,8 +486,11 @@ def test_a_failing_job_stops_the_others_resumably(tmp_path, capsys, reference, o
     checkpoints); the error is raised, and the same job resumes to the uninterrupted result."""
     _, ref = reference
 
-    def failing():
-        time.sleep(0.2)
+    def failing():  # fails once the other job has finished its first run (iteration 7,855 of 25,000),
+        deadline = time.monotonic() + 120  # not after a fixed sleep: the whole job takes ~0.3 s, and
+        while not _json_files(tmp_path):  # under load it finished before a 0.2 s sleep ended (CI)
+            assert time.monotonic() < deadline, "the other job wrote no run"
+            time.sleep(0.005)
         raise OSError("disk full (simulated)")
 
     with pytest.raises(OSError, match="disk full"):
