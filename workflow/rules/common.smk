@@ -224,14 +224,9 @@ def trial_runtime_minutes(d, m, n_runs, max_iters, n=None):
 
 def trial_mem_mb(d, m, n_runs, n_trials=None, n=None):
     """Memory request (MB) of a training job of n_runs runs on n_trials trials (default: one per
-    run, an upper bound), n points (default d): base + safety × a fit of the measured peak RSS
-    (shallowrelu.workflow_config.train_memory_mb, which says what each term covers):
-
-        mem_mb_base + mem_safety × (8 B × [trials × (20·n·d + 4·d²) + runs × (d² + 12·m·(n + d))
-                                           + runs × n_log × (d + 128)] + runs × 1 MB)
-
-    The trials' data (X, evaluation sets, eigenbasis, SVD) and the per-run d² of the measurements
-    dominate at d = 1024, not the weights (docs/workflow.md, "Resources")."""
+    run, an upper bound), n points (default d): mem_mb_base + mem_safety × the fitted peak RSS of
+    shallowrelu.workflow_config.train_memory_mb (its docstring has the model and its fit;
+    docs/workflow.md, "Resources")."""
     res = TRAIN["resources"]
     return train_memory_mb(d, m, n_runs, n_runs if n_trials is None else n_trials, n=n, n_log=TRAIN["n_log"],
                            base_mb=res["mem_mb_base"], safety=res["mem_safety"])
