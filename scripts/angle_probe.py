@@ -38,13 +38,14 @@ import cap_evidence  # noqa: E402  (a sibling script, not a package)
 from shallowrelu.aggregate import load_reference, load_runs, split_commits  # noqa: E402
 from shallowrelu.io import atomic_write_text, parse_lambda_tag  # noqa: E402
 from shallowrelu.metrics import init_groups, straggler_count  # noqa: E402
-from shallowrelu.verdicts import sampling_verdicts  # noqa: E402
+from shallowrelu.verdicts import VerdictConfig, sampling_verdicts, subsets  # noqa: E402
 
 ANGLES = ("max_angle_deg", "mean_angle_deg")
 SCHEMES = ("centred", "uncentred")
 VERDICT_COLS = ["n", "median5_q05", "median5_q95", "median_p", "median_verdict", "std5_q05", "std5_q95", "std_p",
                 "std_verdict", "verdict"]
 STRAGGLER_BINS = [(1, 1), (2, 3), (4, 7), (8, 15), (16, None)]
+JOINT_DRAWS = 200_000  # random five-trial subsets of the paired view (its conditional p need ~10^4 hits)
 
 
 def straggler_counts(trial_dirs: list[Path]) -> pd.DataFrame:
@@ -146,6 +147,45 @@ def straggler_table(runs: pd.DataFrame) -> str:
     return "\n".join(out) + "\n"
 
 
+def _side(ours: np.ndarray, paper: float, centre: float) -> np.ndarray:
+    """Our five-trial values at or beyond the paper's, on the side of ``centre`` the paper lies."""
+    return ours >= paper if paper >= centre else ours <= paper
+
+
+def _share(hits: np.ndarray) -> str:
+    """The share of True in ``hits``; none as '< 1/len' (the resolution of the draws)."""
+    return f"{hits.mean():.2g}" if hits.any() else f"< {1 / hits.size:.1g}"
+
+
+def joint_table(runs: pd.DataFrame, cells: pd.DataFrame, d: int, n_draws: int = JOINT_DRAWS) -> str:
+    """The paired view: one draw of five trials gives every cell of a λ (and every λ). Per λ, the
+    share of draws whose max-angle median is at or beyond the paper's (on the paper's side of ours),
+    and the one-sided share for the mean angle's median and std, over all draws and over those
+    draws alone: is a mean-angle cell's p the same straggler-rich (or -poor) draw as the max
+    angle's, or a second, independent one?"""
+    own = cells[cells.paper_d == d]
+    seeds = sorted(set.intersection(*(set(g.seed) for _, g in runs.groupby("lambda_exp"))))
+    idx, method = subsets(len(seeds), 5, VerdictConfig(n_draws=n_draws))
+    out = [f"Paired view ({method}, {len(idx):,} five-trial subsets of {len(seeds)} trials, the same trials at every λ "
+           "and metric): P(max): the share whose max-angle median is at or beyond the paper's, on the paper's "
+           "side of our five-trial medians; P(mean median), P(mean std): the same one-sided share for the mean "
+           "angle, over all subsets and over those of P(max) alone.", "",
+           "| λ | P(max) | P(mean median) | P(mean median \\| max) | P(mean std) | P(mean std \\| max) |",
+           "|---|---|---|---|---|---|"]
+    for lam in sorted(runs.lambda_exp.unique(), reverse=True):
+        by_seed = runs[runs.lambda_exp == lam].set_index("seed").loc[seeds]
+        mx, mn = (by_seed[a].to_numpy(float)[idx] for a in ANGLES)
+        ref = {a: own[(own.metric == a) & (own.lambda_exp == lam)].iloc[0] for a in ANGLES}
+        med_mx, med_mn, std_mn = np.median(mx, 1), np.median(mn, 1), mn.std(1, ddof=1)
+        given = _side(med_mx, ref["max_angle_deg"].paper_median, float(np.median(med_mx)))
+        mean_med = _side(med_mn, ref["mean_angle_deg"].paper_median, float(np.median(med_mn)))
+        mean_std = _side(std_mn, ref["mean_angle_deg"].paper_std, float(np.median(std_mn)))
+        cond = [_share(x[given]) if given.any() else "–" for x in (mean_med, mean_std)]
+        out.append(f"| 4^{lam} | {_share(given)} ({int(given.sum()):,}) | {_share(mean_med)} | {cond[0]} | "
+                   f"{_share(mean_std)} | {cond[1]} |")
+    return "\n".join(out) + "\n"
+
+
 def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, used: list[int],
          skipped: list[int], check: str) -> str:
     cap = int(runs.cap.iloc[0])
@@ -180,7 +220,7 @@ def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, u
         counts = [f"{int((sub[sub.paper_d == x].verdict == 'consistent').sum())}/{int((sub.paper_d == x).sum())}"
                   for x in dims]
         out.append(f"| {name} | {_tables(sub)} | " + " | ".join(counts) + " |")
-    out += ["", straggler_table(runs).rstrip("\n"), "",
+    out += ["", straggler_table(runs).rstrip("\n"), "", joint_table(runs, cells, d).rstrip("\n"), "",
             "Per cell: our median over all trials, [5 %, 95 %] of the median of five of them, the same for the "
             "std (ddof 1), and per paper column its median (std), the two-sided p of its median and std in "
             "those distributions, and the verdict.", ""]

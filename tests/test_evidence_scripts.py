@@ -7,6 +7,7 @@ import json
 import runpy
 import shutil
 import sys
+from itertools import combinations
 from pathlib import Path
 
 import numpy as np
@@ -331,6 +332,7 @@ def test_angle_probe_page(probe_roots, tmp_path, monkeypatch, capsys):
     assert "| max_angle_deg | 1 | " in out and "### max_angle_deg (Tables 1)" in out
     assert "paper d = 4 | paper d = 16 |" in out and "`authors` convention, ρ = 1," in out
     assert "Against the same trials trained to 800 iterations" in out and "6 runs, 3 trials" in out
+    assert "Paired view (enumerated, 6 five-trial subsets of 6 trials" in out
     runs = pd.read_csv(tmp_path / "probe_runs.csv")
     base = probe_roots / "short" / "centred" / "d4" / "m200"
     for seed in range(6):
@@ -365,6 +367,31 @@ def test_angle_probe_refuses_mixed_caps_and_missing_columns(probe_roots, tmp_pat
         _probe_page(monkeypatch, capsys, root, "centred", 4, 200)
     with pytest.raises(ValueError, match="the paper has no max_angle_deg for centred, d = 8"):
         _probe_page(monkeypatch, capsys, probe_roots / "short", "centred", 4, 200, "--against", 8)
+
+
+def test_angle_probe_paired_view_counts_the_five_trial_subsets(monkeypatch):
+    """joint_table's shares are those of every five of eight trials (enumerated), counted here by
+    hand: the max median on the paper's side, and the mean's median and std with and without it."""
+    monkeypatch.syspath_prepend(str(PROBE_SCRIPT.parent))
+    import angle_probe
+
+    rng = np.random.default_rng(3)
+    mx, mn = rng.lognormal(size=8), rng.lognormal(size=8)
+    runs = pd.DataFrame({"seed": range(8), "lambda_exp": -2, "max_angle_deg": mx, "mean_angle_deg": mn})
+    paper = {"max_angle_deg": (float(np.sort(mx)[5]), 0.0), "mean_angle_deg": (float(np.sort(mn)[2]), 0.5)}
+    cells = pd.DataFrame([{"paper_d": 4, "metric": k, "lambda_exp": -2, "paper_median": v[0], "paper_std": v[1]}
+                          for k, v in paper.items()])
+    row = angle_probe.joint_table(runs, cells, 4).splitlines()[-1]
+    subs = [list(c) for c in combinations(range(8), 5)]
+    med_mx = np.array([np.median(mx[c]) for c in subs])
+    med_mn = np.array([np.median(mn[c]) for c in subs])
+    std_mn = np.array([np.std(mn[c], ddof=1) for c in subs])
+    given = med_mx >= paper["max_angle_deg"][0]  # the paper's max median is above ours: the upper side
+    low = med_mn <= paper["mean_angle_deg"][0]  # its mean median below ours: the lower side
+    high_std = std_mn >= 0.5 if 0.5 >= np.median(std_mn) else std_mn <= 0.5
+    want = [f"{given.mean():.2g} ({given.sum():,})", f"{low.mean():.2g}", f"{low[given].mean():.2g}",
+            f"{high_std.mean():.2g}", f"{high_std[given].mean():.2g}"]
+    assert row == "| 4^-2 | " + " | ".join(want) + " |"
 
 
 MC_SCRIPT = SCRIPT.parent / "straggler_mc.py"
