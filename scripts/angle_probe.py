@@ -45,6 +45,7 @@ SCHEMES = ("centred", "uncentred")
 VERDICT_COLS = ["n", "median5_q05", "median5_q95", "median_p", "median_verdict", "std5_q05", "std5_q95", "std_p",
                 "std_verdict", "verdict"]
 STRAGGLER_BINS = [(1, 1), (2, 3), (4, 7), (8, 15), (16, None)]
+SETTLE_TOL, FULL_TOL = 0.01, 0.05  # relative change half cap -> cap, and probe -> --full-root, deemed settled
 JOINT_DRAWS = 200_000  # random five-trial subsets of the paired view (its conditional p need ~10^4 hits)
 
 
@@ -101,20 +102,23 @@ def judge(runs: pd.DataFrame, ref: pd.DataFrame, scheme: str, dims: list[int], m
     return pd.concat([frame, pd.DataFrame({c: res[c] for c in VERDICT_COLS})], axis=1)
 
 
-def full_check(runs: pd.DataFrame, full_root: Path, scheme: str, d: int, m: int) -> str:
-    """How far the probe's angles are from the same trials' angles at the full root's cap."""
+def full_check(runs: pd.DataFrame, full_root: Path, scheme: str, d: int, m: int) -> tuple[str, float]:
+    """How far the probe's angles are from the same trials' angles at the full root's cap: a
+    sentence for the page and the largest relative difference."""
     paths, _, _ = cap_evidence.complete_trials(full_root, scheme, d, m)
     full = load_runs(paths)
     pair = runs.merge(full, on=["seed", "lambda_exp"], suffixes=("", "_full"))
     if not len(pair):
         raise ValueError(f"no run under {full_root} shares a (seed, λ) with the probe")
-    parts = []
+    parts, largest = [], 0.0
     for name in ANGLES:
         rel = ((pair[name] - pair[f"{name}_full"]) / pair[f"{name}_full"]).abs()
         parts.append(f"{name} median {rel.median():.1e}, largest {rel.max():.1e}")
+        largest = max(largest, float(rel.max()))
     cap = int(json.loads(paths[0].read_text())["config"]["max_iters"])
     return (f"Against the same trials trained to {cap:,} iterations ({full_root}; {len(pair)} runs, "
-            f"{pair.seed.nunique()} trials), relative differences of the probe's angles: " + "; ".join(parts) + ".")
+            f"{pair.seed.nunique()} trials), relative differences of the probe's angles: " + "; ".join(parts)
+            + "."), largest
 
 
 def _fmt(x: float) -> str:
@@ -186,16 +190,35 @@ def joint_table(runs: pd.DataFrame, cells: pd.DataFrame, d: int, n_draws: int = 
     return "\n".join(out) + "\n"
 
 
+def unsettled_banner(moved: list[tuple[int, int]], check_largest: float | None, cap: int) -> str:
+    """A warning for the top of the page where the angles still move at the probe's cap: some run
+    changed by more than SETTLE_TOL from half the cap to the cap, or differs from the longer runs
+    of ``--full-root`` by more than FULL_TOL. Empty where they have settled."""
+    why = []
+    if moved:
+        why.append(f"{len(moved)} run(s) changed by more than {SETTLE_TOL:.0%} from iteration {cap // 2:,} to {cap:,}")
+    if check_largest is not None and check_largest > FULL_TOL:
+        why.append(f"the longer runs differ by up to {check_largest:.0%}")
+    if not why:
+        return ""
+    return (f"**Not settled: {' and '.join(why)}.** The verdicts below are those of the angles at {cap:,} "
+            "iterations, not of the paper's cap: a straggling neuron still turning towards the others there "
+            "may align later, and the small-λ max angles with it.\n")
+
+
 def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, used: list[int],
-         skipped: list[int], check: str) -> str:
+         skipped: list[int], check: tuple[str, float] | None) -> str:
     cap = int(runs.cap.iloc[0])
     commits = sorted({c.removesuffix("-dirty")[:12] for cs in runs.git_commit for c in split_commits(cs)})
     settle = {a: ((runs[a] - runs[f"{a}_half"]) / runs[a]).abs() for a in ANGLES}
-    moved = sorted({(int(r.seed), int(r.lambda_exp)) for a in ANGLES for r in runs[settle[a] > 0.01].itertuples()})
+    moved = sorted({(int(r.seed), int(r.lambda_exp)) for a in ANGLES
+                    for r in runs[settle[a] > SETTLE_TOL].itertuples()})
     dims = sorted(cells.paper_d.unique(), key=lambda x: (x != d, x))
-    out = [f"Trials: {len(used)} (seeds {used[0]}–{used[-1]}" + ("" if used == list(range(used[0], used[-1] + 1))
-                                                                   else ", not contiguous") +
-           f"), λ = {', '.join(f'4^{le}' for le in sorted(runs.lambda_exp.unique(), reverse=True))}, each run "
+    banner = unsettled_banner(moved, check[1] if check else None, cap)
+    lams = ", ".join(f"4^{le}" for le in sorted(runs.lambda_exp.unique(), reverse=True))
+    gaps = "" if used == list(range(used[0], used[-1] + 1)) else ", not contiguous"
+    out = ([banner] if banner else []) + [
+           f"Trials: {len(used)} (seeds {used[0]}–{used[-1]}{gaps}), λ = {lams}, each run "
            f"trained to {cap:,} iterations (`{runs.convention.iloc[0]}` convention, ρ = {runs.rho.iloc[0]:.4g}, "
            "float64, CPU)."
            + (f" Skipped, still training: seeds {', '.join(map(str, skipped))}." if skipped else ""),
@@ -205,13 +228,13 @@ def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, u
            f"--rho {runs.rho.iloc[0]:.17g}` "
            "(one or more seeds per process). Git commits recorded by the runs: "
            f"{', '.join(commits)}.", "",
-           "Settled: relative change of each run's angles from iteration "
+           "Settling: relative change of each run's angles from iteration "
            f"{cap // 2:,} to {cap:,}: max angle median {settle['max_angle_deg'].median():.1e}, largest "
            f"{settle['max_angle_deg'].max():.1e}; mean angle median {settle['mean_angle_deg'].median():.1e}, "
-           f"largest {settle['mean_angle_deg'].max():.1e}; runs changed by more than 1 %: "
+           f"largest {settle['mean_angle_deg'].max():.1e}; runs changed by more than {SETTLE_TOL:.0%}: "
            + (", ".join(f"seed {s} λ = 4^{le}" for s, le in moved) if moved else "none") + ".", ""]
     if check:
-        out += [check, ""]
+        out += [check[0], ""]
     out += ["Consistent cells against the paper's column at each d (" + f"the paper's d = {d} is this probe's own):",
             "", "| metric | table | " + " | ".join(f"paper d = {x}" for x in dims) + " |",
             "|---|---|" + "---|" * len(dims)]
@@ -258,7 +281,7 @@ def main(argv: list[str]) -> int:
     runs, used, skipped = load_probe(args.root, args.scheme, args.d, args.m)
     dims = list(dict.fromkeys([args.d, *args.against]))
     cells = judge(runs, load_reference(cap_evidence.REFERENCE), args.scheme, dims, args.m)
-    check = full_check(runs, args.full_root, args.scheme, args.d, args.m) if args.full_root else ""
+    check = full_check(runs, args.full_root, args.scheme, args.d, args.m) if args.full_root else None
     text = page(runs, cells, args.scheme, args.d, args.m, used, skipped, check)
     print(text, end="")
     if args.out:

@@ -369,6 +369,20 @@ def test_angle_probe_refuses_mixed_caps_and_missing_columns(probe_roots, tmp_pat
         _probe_page(monkeypatch, capsys, probe_roots / "short", "centred", 4, 200, "--against", 8)
 
 
+def test_angle_probe_warns_where_the_angles_still_move(monkeypatch):
+    """The page opens with a warning where a run moved by more than 1 % over the probe's second
+    half, or the longer runs differ by more than 5 %; nothing where neither."""
+    monkeypatch.syspath_prepend(str(PROBE_SCRIPT.parent))
+    import angle_probe
+
+    assert angle_probe.unsettled_banner([], None, 3000) == ""
+    assert angle_probe.unsettled_banner([], 0.049, 3000) == ""
+    text = angle_probe.unsettled_banner([(6, -2), (56, -3)], 0.15, 3000)
+    assert text.startswith("**Not settled: 2 run(s) changed by more than 1% from iteration 1,500 to 3,000 and "
+                           "the longer runs differ by up to 15%.**")
+    assert "not of the paper's cap" in angle_probe.unsettled_banner([], 0.06, 3000)
+
+
 def test_angle_probe_paired_view_counts_the_five_trial_subsets(monkeypatch):
     """joint_table's shares are those of every five of eight trials (enumerated), counted here by
     hand: the max median on the paper's side, and the mean's median and std with and without it."""
