@@ -103,22 +103,27 @@ def judge(runs: pd.DataFrame, ref: pd.DataFrame, scheme: str, dims: list[int], m
 
 
 def full_check(runs: pd.DataFrame, full_root: Path, scheme: str, d: int, m: int) -> tuple[str, float]:
-    """How far the probe's angles are from the same trials' angles at the full root's cap: a
-    sentence for the page and the largest relative difference."""
-    paths, _, _ = cap_evidence.complete_trials(full_root, scheme, d, m)
-    full = load_runs(paths)
-    pair = runs.merge(full, on=["seed", "lambda_exp"], suffixes=("", "_full"))
+    """How far the probe's angles are from the same trials' angles in longer runs: a run tree
+    (trained to its cap) or the ``_runs.csv`` of a cap_evidence page (its angles at the paper's
+    cap). A sentence for the page and the largest relative difference."""
+    if full_root.suffix == ".csv":
+        full = pd.read_csv(full_root)
+        what = f"the same trials in {full_root} (the runs of a cap_evidence page, angles at their last iteration"
+    else:
+        paths, _, _ = cap_evidence.complete_trials(full_root, scheme, d, m)
+        full = load_runs(paths)
+        cap = int(json.loads(paths[0].read_text())["config"]["max_iters"])
+        what = f"the same trials trained to {cap:,} iterations ({full_root}"
+    pair = runs.merge(full[["seed", "lambda_exp", *ANGLES]], on=["seed", "lambda_exp"], suffixes=("", "_full"))
     if not len(pair):
-        raise ValueError(f"no run under {full_root} shares a (seed, λ) with the probe")
+        raise ValueError(f"no run in {full_root} shares a (seed, λ) with the probe")
     parts, largest = [], 0.0
     for name in ANGLES:
         rel = ((pair[name] - pair[f"{name}_full"]) / pair[f"{name}_full"]).abs()
         parts.append(f"{name} median {rel.median():.1e}, largest {rel.max():.1e}")
         largest = max(largest, float(rel.max()))
-    cap = int(json.loads(paths[0].read_text())["config"]["max_iters"])
-    return (f"Against the same trials trained to {cap:,} iterations ({full_root}; {len(pair)} runs, "
-            f"{pair.seed.nunique()} trials), relative differences of the probe's angles: " + "; ".join(parts)
-            + "."), largest
+    return (f"Against {what}; {len(pair)} runs, {pair.seed.nunique()} trials), relative differences of the "
+            "probe's angles: " + "; ".join(parts) + "."), largest
 
 
 def _fmt(x: float) -> str:
@@ -276,7 +281,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("out", type=Path, nargs="?")
     p.add_argument("--against", type=int, nargs="+", default=[], metavar="D",
                    help="also judge the trials against the paper's columns at these d (same scheme and m)")
-    p.add_argument("--full-root", type=Path, help="the same trials trained to the paper's cap")
+    p.add_argument("--full-root", type=Path, help="the same trials trained longer: a run tree, or the _runs.csv of a "
+                   "scripts/cap_evidence.py page")
     args = p.parse_args(argv)
     runs, used, skipped = load_probe(args.root, args.scheme, args.d, args.m)
     dims = list(dict.fromkeys([args.d, *args.against]))

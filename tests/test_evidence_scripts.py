@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from shallowrelu.aggregate import load_runs
 from shallowrelu.cli import main as cli
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "loss_convention_evidence.py"
@@ -367,6 +368,24 @@ def test_angle_probe_refuses_mixed_caps_and_missing_columns(probe_roots, tmp_pat
         _probe_page(monkeypatch, capsys, root, "centred", 4, 200)
     with pytest.raises(ValueError, match="the paper has no max_angle_deg for centred, d = 8"):
         _probe_page(monkeypatch, capsys, probe_roots / "short", "centred", 4, 200, "--against", 8)
+
+
+def test_angle_probe_full_check_reads_a_cap_page_runs_csv(probe_roots, tmp_path, monkeypatch):
+    """--full-root as the _runs.csv of a cap page gives the same differences as the run tree it
+    was made from (the angles of the same seed and λ)."""
+    monkeypatch.syspath_prepend(str(PROBE_SCRIPT.parent))
+    import angle_probe
+    import cap_evidence
+
+    runs, _, _ = angle_probe.load_probe(probe_roots / "short", "centred", 4, 200)
+    paths, _, _ = cap_evidence.complete_trials(probe_roots / "long", "centred", 4, 200)
+    csv = tmp_path / "cap_runs.csv"
+    load_runs(paths).to_csv(csv, index=False)
+    tree, tree_largest = angle_probe.full_check(runs, probe_roots / "long", "centred", 4, 200)
+    page, page_largest = angle_probe.full_check(runs, csv, "centred", 4, 200)
+    assert page_largest == tree_largest > 0
+    assert tree.split("relative differences")[1] == page.split("relative differences")[1]
+    assert page.startswith(f"Against the same trials in {csv} (the runs of a cap_evidence page")
 
 
 def test_angle_probe_warns_where_the_angles_still_move(monkeypatch):
