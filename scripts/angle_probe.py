@@ -46,6 +46,7 @@ VERDICT_COLS = ["n", "median5_q05", "median5_q95", "median_p", "median_verdict",
                 "std_verdict", "verdict"]
 STRAGGLER_BINS = [(1, 1), (2, 3), (4, 7), (8, 15), (16, None)]
 SETTLE_TOL, FULL_TOL = 0.01, 0.05  # relative change half cap -> cap, and probe -> --full-root, deemed settled
+MOST_LISTED = 16  # unsettled runs named on a page
 JOINT_DRAWS = 200_000  # random five-trial subsets of the paired view (its conditional p need ~10^4 hits)
 
 
@@ -124,6 +125,15 @@ def full_check(runs: pd.DataFrame, full_root: Path, scheme: str, d: int, m: int)
         largest = max(largest, float(rel.max()))
     return (f"Against {what}; {len(pair)} runs, {pair.seed.nunique()} trials), relative differences of the "
             "probe's angles: " + "; ".join(parts) + "."), largest
+
+
+def _listed(items: list[str], most: int = MOST_LISTED) -> str:
+    """Items joined, the first ``most`` of them and how many more; 'none' for none."""
+    if not items:
+        return "none"
+    more = f" and {len(items) - most} more (the _runs.csv has every run's angles at both points)" \
+        if len(items) > most else ""
+    return ", ".join(items[:most]) + more
 
 
 def _fmt(x: float) -> str:
@@ -207,8 +217,8 @@ def unsettled_banner(moved: list[tuple[int, int]], check_largest: float | None, 
     if not why:
         return ""
     return (f"**Not settled: {' and '.join(why)}.** The verdicts below are those of the angles at {cap:,} "
-            "iterations, not of the paper's cap: a straggling neuron still turning towards the others there "
-            "may align later, and the small-λ max angles with it.\n")
+            "iterations, not of the paper's cap: neurons still turning towards each other there (a straggler, or "
+            "the whole bundle) turn on, and the angles shrink with them.\n")
 
 
 def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, used: list[int],
@@ -237,7 +247,7 @@ def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, u
            f"{cap // 2:,} to {cap:,}: max angle median {settle['max_angle_deg'].median():.1e}, largest "
            f"{settle['max_angle_deg'].max():.1e}; mean angle median {settle['mean_angle_deg'].median():.1e}, "
            f"largest {settle['mean_angle_deg'].max():.1e}; runs changed by more than {SETTLE_TOL:.0%}: "
-           + (", ".join(f"seed {s} λ = 4^{le}" for s, le in moved) if moved else "none") + ".", ""]
+           + _listed([f"seed {s} λ = 4^{le}" for s, le in moved]) + ".", ""]
     if check:
         out += [check[0], ""]
     out += ["Consistent cells against the paper's column at each d (" + f"the paper's d = {d} is this probe's own):",

@@ -400,6 +400,8 @@ def test_angle_probe_warns_where_the_angles_still_move(monkeypatch):
     assert text.startswith("**Not settled: 2 run(s) changed by more than 1% from iteration 1,500 to 3,000 and "
                            "the longer runs differ by up to 15%.**")
     assert "not of the paper's cap" in angle_probe.unsettled_banner([], 0.06, 3000)
+    assert angle_probe._listed([]) == "none" and angle_probe._listed(["a", "b"]) == "a, b"
+    assert angle_probe._listed(list("abc"), 2).startswith("a, b and 1 more (")
 
 
 def test_angle_probe_paired_view_counts_the_five_trial_subsets(monkeypatch):
