@@ -97,17 +97,30 @@ def runs_at_caps(paths: list[Path], low_cap: int) -> pd.DataFrame:
     return out.assign(cap=next(iter(caps)))
 
 
+def paper_tables(ref: pd.DataFrame, scheme: str, d: int, m: int) -> dict[str, list[int]]:
+    """Per metric, the paper's tables holding the column (scheme, d, m): Tables 1–6 at m = 200,
+    7–12 at d = 1024 (its m = 200 column is in both); TABLES where the paper has no such column."""
+    out = {}
+    for (name, _), default in zip(METRICS, TABLES[scheme]):
+        sel = ref[(ref.scheme == scheme) & (ref.d == d) & (ref.m == m) & (ref.metric == name)]
+        out[name] = sorted({int(t) for x in sel.table for t in str(x).split(";")}) or [default]
+    return out
+
+
 def judge(runs: pd.DataFrame, ref: pd.DataFrame, scheme: str, d: int, m: int) -> pd.DataFrame:
     """One row per (metric, λ, cap ∈ low/high): the paper's median and std and the verdict columns
-    (with scheme, d, m, so that several pages' cells can be summed: scripts/cap_summary.py)."""
+    (with scheme, d, m, so that several pages' cells can be summed: scripts/cap_summary.py); ``table``
+    the first of the paper's tables holding the column, ``tables`` all of them ("1, 7")."""
     rows, values = [], []
-    for (name, _), table in zip(METRICS, TABLES[scheme]):
+    tables = paper_tables(ref, scheme, d, m)
+    for name, _ in METRICS:
+        table, label = tables[name][0], ", ".join(map(str, tables[name]))
         for lam, grp in runs.groupby("lambda_exp", sort=False):
             sel = ref[(ref.scheme == scheme) & (ref.d == d) & (ref.m == m) & (ref.lambda_exp == lam)
                       & (ref.metric == name)]
             paper = sel.iloc[0] if len(sel) else None
             for cap, col in (("low", f"{name}_low"), ("high", name)):
-                rows.append({"table": table, "metric": name, "lambda_exp": lam, "cap": cap,
+                rows.append({"table": table, "tables": label, "metric": name, "lambda_exp": lam, "cap": cap,
                              "paper_median": np.nan if paper is None else paper.paper_median,
                              "paper_std": np.nan if paper is None else paper.paper_std,
                              "median": float(grp[col].median())})
@@ -189,7 +202,8 @@ def cap_scan(paths: list[Path], runs: pd.DataFrame, caps: list[int], targets: li
     lines = ["Consistent cells with the runs read at other caps or loss targets (cells / medians / stds, of "
              "the λ per table; a loss target: each run read at the first logging point whose mean r² is below "
              "it, the runs' own target being 10^-9):", "",
-             "| reading | " + " | ".join(f"Table {t} ({name})" for (name, _), t in zip(METRICS, TABLES[scheme]))
+             "| reading | " + " | ".join(f"Table {', '.join(map(str, t))} ({name})"
+                                         for name, t in paper_tables(ref, scheme, d, m).items())
              + " |", "|---|" + "---|" * len(METRICS)]
     readings = [(f"cap {c:,}", lambda c=c: runs_at_caps(paths, c)) for c in sorted(caps)]
     readings += [(f"loss target {t:.0e}", lambda t=t: runs_at_target(runs, paths, t)) for t in sorted(targets)]
@@ -230,8 +244,9 @@ def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, l
     n_cells = cells.groupby("metric").lambda_exp.nunique()
     out += ["Consistent cells (of the λ per metric) at each cap (a verdict needs at least five trials):", "",
             f"| metric | table | at {low_cap:,} | at {cap:,} |", "|---|---|---|---|"]
-    for (name, _), table in zip(METRICS, TABLES[scheme]):
-        out.append(f"| {name} | {table} | {verdicts.loc[name, 'low']}/{n_cells[name]} | "
+    labels = {name: cells[cells.metric == name].tables.iloc[0] for name, _ in METRICS}
+    for name, _ in METRICS:
+        out.append(f"| {name} | {labels[name]} | {verdicts.loc[name, 'low']}/{n_cells[name]} | "
                    f"{verdicts.loc[name, 'high']}/{n_cells[name]} |")
     if len(used) < RECOMMENDED_TRIALS:
         out += ["", f"With {len(used)} trials the distribution of a five-trial median and std rests on few values "
@@ -242,8 +257,8 @@ def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, l
     out += ["", "Per cell: our median over all trials, [5 %, 95 %] of the median of five of them, the same for "
             "the std (ddof 1, the paper's reading), and the verdict; the change is the median over trials of "
             "(value at the high cap − value at the low cap) / value at the low cap.", ""]
-    for (name, _), table in zip(METRICS, TABLES[scheme]):
-        out += [f"### {name} (Table {table})", "",
+    for name, _ in METRICS:
+        out += [f"### {name} (Table {labels[name]})", "",
                 f"| λ | paper median (std) | at {low_cap:,}: median [5-trial range], std [range] | verdict | "
                 f"at {cap:,}: median [range], std [range] | verdict | change |", "|---|---|---|---|---|---|---|"]
         sub = cells[cells.metric == name]

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from shallowrelu.aggregate import load_runs
+from shallowrelu.aggregate import load_reference, load_runs
 from shallowrelu.cli import main as cli
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "loss_convention_evidence.py"
@@ -123,6 +123,20 @@ def test_cap_page(cap_roots, tmp_path, monkeypatch, capsys):
     assert (high.paper_median, high.paper_std) == (paper["median"], paper["std"])
     assert high.n == 6 and high.verdict in ("consistent", "tension", "inconsistent")
     assert out_md.read_text().startswith("# Iteration cap: uncentred d = 4, m = 200")
+
+
+def test_cap_page_names_the_papers_tables_of_its_column(monkeypatch):
+    """Tables 1–6 at m = 200, 7–12 at d = 1024 (its m = 200 column in both), from the reference."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    import cap_evidence
+
+    ref = load_reference(cap_evidence.REFERENCE)
+    assert cap_evidence.paper_tables(ref, "centred", 256, 200) == {
+        "max_angle_deg": [1], "mean_angle_deg": [3], "nuclear_norm": [5]}
+    assert cap_evidence.paper_tables(ref, "uncentred", 1024, 50) == {
+        "max_angle_deg": [8], "mean_angle_deg": [10], "nuclear_norm": [12]}
+    assert cap_evidence.paper_tables(ref, "centred", 1024, 200)["nuclear_norm"] == [5, 11]
+    assert cap_evidence.paper_tables(ref, "centred", 8, 200)["max_angle_deg"] == [1]  # no such column
 
 
 def test_cap_page_skips_unfinished_trials_and_refuses_bad_caps(cap_roots, tmp_path, monkeypatch, capsys):

@@ -106,6 +106,20 @@ def test_dry_run_job_counts_match_grid(tmp_path, configfile, n_trials, n_runs):
     assert sum(len(v) for v in outs.values()) == n_runs
 
 
+def test_large_d_evidence_config_declares_its_trials_at_the_paper_cap(tmp_path):
+    """config/evidence_large_d.yaml: 40 trials at d = 256 and 20 per m at d = 1024 (seeds_by_dim),
+    both schemes, all 16 λ, five trials per job, on CUDA at the paper's cap."""
+    counts, out = dry_run(tmp_path, "config/evidence_large_d.yaml", config=["train={device: cpu}"])
+    outs = train_outputs(out)
+    assert len(outs) == 2 * 40 // 5 + 2 * 3 * 20 // 5 and {len(v) for v in outs.values()} == {5 * 16}
+    runs = {p for v in outs.values() for p in v}
+    assert len(runs) == 2 * 40 * 16 + 2 * 3 * 20 * 16
+    assert sum("/d1024/" in p for p in runs) == 2 * 3 * 20 * 16 and not any("seed20/" in p for p in runs
+                                                                          if "/d1024/" in p)
+    cfg = yaml.safe_load((REPO / "config/evidence_large_d.yaml").read_text())["train"]
+    assert (cfg["max_iters"], cfg["device"], cfg["dtype"]) == (20_000_000, "cuda", "float64")
+
+
 def test_seeds_per_job_batches_trials_and_declares_the_same_runs(tmp_path):
     """train.seeds_per_job = 3: the trials of one (scheme, d, m, λ set) train as one job; the
     declared run summaries are exactly those of one job per trial."""
