@@ -37,7 +37,7 @@ import cap_evidence  # noqa: E402  (a sibling script, not a package)
 
 from shallowrelu.aggregate import load_reference, load_runs, split_commits  # noqa: E402
 from shallowrelu.io import atomic_write_text, parse_lambda_tag  # noqa: E402
-from shallowrelu.metrics import init_groups, straggler_count  # noqa: E402
+from shallowrelu.metrics import init_activity_counts, init_groups, straggler_count  # noqa: E402
 from shallowrelu.verdicts import VerdictConfig, sampling_verdicts, subsets  # noqa: E402
 
 ANGLES = ("max_angle_deg", "mean_angle_deg")
@@ -45,19 +45,23 @@ SCHEMES = ("centred", "uncentred")
 VERDICT_COLS = ["n", "median5_q05", "median5_q95", "median_p", "median_verdict", "std5_q05", "std5_q95", "std_p",
                 "std_verdict", "verdict"]
 STRAGGLER_BINS = [(1, 1), (2, 3), (4, 7), (8, 15), (16, None)]
+ONE_POINT_BINS = [(0, 0), (1, 1), (2, 2), (3, None)]
 SETTLE_TOL, FULL_TOL = 0.01, 0.05  # relative change half cap -> cap, and probe -> --full-root, deemed settled
 MOST_LISTED = 16  # unsettled runs named on a page
 JOINT_DRAWS = 200_000  # random five-trial subsets of the paired view (its conditional p need ~10^4 hits)
 
 
 def straggler_counts(trial_dirs: list[Path]) -> pd.DataFrame:
-    """Per trial: |J+| and the fewest training points a J+ neuron is active on at initialisation."""
+    """Per trial: |J+|, the fewest training points a J+ neuron is active on at initialisation, and
+    how many J+ neurons are active on one point only (``n_one_point``)."""
     rows = []
     for td in trial_dirs:
         with np.load(td / "trial.npz") as t:
             z, s, X = (torch.from_numpy(t[k])[None] for k in ("z", "s", "X"))
-        rows.append({"seed": int(td.name[4:]), "n_pos_init": int(init_groups(z, s, X)[0].sum()),
-                     "straggler_count": int(straggler_count(z, s, X)[0])})
+        pos = init_groups(z, s, X)[0]
+        rows.append({"seed": int(td.name[4:]), "n_pos_init": int(pos.sum()),
+                     "straggler_count": int(straggler_count(z, s, X)[0]),
+                     "n_one_point": int(((init_activity_counts(z, X) == 1) & pos).sum())})
     return pd.DataFrame(rows)
 
 
@@ -163,6 +167,24 @@ def straggler_table(runs: pd.DataFrame) -> str:
         label = f"{lo}" if lo == hi else (f"{lo}–{hi}" if hi is not None else f"≥ {lo}")
         out.append(f"| {label} | {len(g)} | {len(g) / len(sub):.0%} | {_fmt(g.max_angle_deg.median())} | "
                    f"{_fmt(g.mean_angle_deg.median())} |")
+    return "\n".join(out) + "\n\n" + one_point_table(runs)
+
+
+def one_point_table(runs: pd.DataFrame) -> str:
+    """Per number of J+ neurons active on one point only at initialisation (0, 1, 2, ≥ 3): trials and
+    their median mean angle at every λ (each such neuron is a would-be straggler; the mean angle
+    grows with their number)."""
+    lams = sorted(runs.lambda_exp.unique(), reverse=True)
+    out = ["Median mean angle (°) by the number of J+ neurons active on one training point only at "
+           "initialisation:", "", "| one-point neurons | trials | " + " | ".join(f"4^{le}" for le in lams) + " |",
+           "|---|---|" + "---|" * len(lams)]
+    for lo, hi in ONE_POINT_BINS:
+        g = runs[(runs.n_one_point >= lo) & ((runs.n_one_point <= hi) if hi is not None else True)]
+        if not len(g):
+            continue
+        med = g.groupby("lambda_exp").mean_angle_deg.median()
+        out.append(f"| {lo if lo == hi else f'≥ {lo}'} | {g.seed.nunique()} | "
+                   + " | ".join(_fmt(med.get(le, np.nan)) for le in lams) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -306,6 +328,7 @@ def main(argv: list[str]) -> int:
         stem = args.out.with_suffix("")
         atomic_write_text(Path(f"{stem}_cells.csv"), cells.to_csv(index=False))
         keep = ["seed", "lambda_exp", "stop_reason", "iterations", "git_commit", "n_pos_init", "straggler_count",
+                "n_one_point",
                 *[c for a in ANGLES for c in (f"{a}_half", a)]]
         atomic_write_text(Path(f"{stem}_runs.csv"), runs[keep].to_csv(index=False))
     return 0

@@ -348,6 +348,7 @@ def test_angle_probe_page(probe_roots, tmp_path, monkeypatch, capsys):
     assert "paper d = 4 | paper d = 16 |" in out and "`authors` convention, ρ = 1," in out
     assert "Against the same trials trained to 800 iterations" in out and "6 runs, 3 trials" in out
     assert "Paired view (enumerated, 6 five-trial subsets of 6 trials" in out
+    assert "| one-point neurons | trials | 4^-3 | 4^-8 |" in out
     runs = pd.read_csv(tmp_path / "probe_runs.csv")
     base = probe_roots / "short" / "centred" / "d4" / "m200"
     for seed in range(6):
@@ -358,6 +359,7 @@ def test_angle_probe_page(probe_roots, tmp_path, monkeypatch, capsys):
         hist = np.load(base / f"seed{seed}" / "lamm8.npz")
         row = runs[(runs.seed == seed) & (runs.lambda_exp == -8)].iloc[0]
         assert row.straggler_count == counts[pos].min() and row.n_pos_init == pos.sum()
+        assert row.n_one_point == (pos & (counts == 1)).sum()
         assert row.max_angle_deg == fin["max_angle_pos_deg"]
         its = hist["history_iteration"]
         if 200 in its:  # a logging point at half the cap: read exactly
