@@ -134,8 +134,7 @@ def straggler_count(z: torch.Tensor, s: torch.Tensor, X: torch.Tensor) -> torch.
     """Per trial (T,): the fewest training points a J+ neuron is active on at initialisation, the
     trial's straggler, whose angle sets the small-λ max angle (docs/reproduction.md); −1 where J+ is
     empty."""
-    counts = init_activity_counts(z, X)
-    pos = (counts > 0) & (s > 0)
+    counts, pos = init_activity_counts(z, X), init_groups(z, s, X)[0]
     fewest = torch.where(pos, counts, torch.full_like(counts, torch.iinfo(counts.dtype).max)).min(-1).values
     return torch.where(pos.any(-1), fewest, torch.full_like(fewest, -1))
 
