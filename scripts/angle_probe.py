@@ -38,7 +38,7 @@ import cap_evidence  # noqa: E402  (a sibling script, not a package)
 from shallowrelu.aggregate import load_reference, load_runs, split_commits  # noqa: E402
 from shallowrelu.io import atomic_write_text, parse_lambda_tag  # noqa: E402
 from shallowrelu.metrics import init_activity_counts, init_groups, straggler_count  # noqa: E402
-from shallowrelu.verdicts import VerdictConfig, sampling_verdicts, subsets  # noqa: E402
+from shallowrelu.verdicts import MIN_TRIALS, VerdictConfig, sampling_verdicts, subsets  # noqa: E402
 
 ANGLES = ("max_angle_deg", "mean_angle_deg")
 SCHEMES = ("centred", "uncentred")
@@ -68,6 +68,9 @@ def straggler_counts(trial_dirs: list[Path]) -> pd.DataFrame:
 def load_probe(root: Path, scheme: str, d: int, m: int) -> tuple[pd.DataFrame, list[int], list[int]]:
     """Every run of the complete trials: final angles, the angles at half the cap, the straggler count."""
     paths, used, skipped = cap_evidence.complete_trials(root, scheme, d, m)
+    if len(used) < MIN_TRIALS:
+        raise ValueError(f"{root} holds {len(used)} complete {scheme} d = {d}, m = {m} trial(s) (seeds {used}); a probe "
+                         f"judges five-trial medians and needs at least {MIN_TRIALS} (tens to judge a cell)")
     runs = load_runs(paths)
     summaries = [json.loads(p.read_text()) for p in paths]
     configs = {(int(j["config"]["max_iters"]), int(j["config"]["n_log"]), j["config"]["loss_convention"],
