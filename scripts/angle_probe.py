@@ -69,8 +69,8 @@ def load_probe(root: Path, scheme: str, d: int, m: int) -> tuple[pd.DataFrame, l
     """Every run of the complete trials: final angles, the angles at half the cap, the straggler count."""
     paths, used, skipped = cap_evidence.complete_trials(root, scheme, d, m)
     if len(used) < MIN_TRIALS:
-        raise ValueError(f"{root} holds {len(used)} complete {scheme} d = {d}, m = {m} trial(s) (seeds {used}); a probe "
-                         f"judges five-trial medians and needs at least {MIN_TRIALS} (tens to judge a cell)")
+        raise ValueError(f"{root} holds {len(used)} complete {scheme} d = {d}, m = {m} trial(s) (seeds {used}); "
+                         f"a probe judges five-trial medians and needs at least {MIN_TRIALS} (tens to judge a cell)")
     runs = load_runs(paths)
     summaries = [json.loads(p.read_text()) for p in paths]
     configs = {(int(j["config"]["max_iters"]), int(j["config"]["n_log"]), j["config"]["loss_convention"],

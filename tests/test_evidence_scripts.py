@@ -384,7 +384,8 @@ def test_angle_probe_refuses_mixed_caps_and_missing_columns(probe_roots, tmp_pat
         _probe_page(monkeypatch, capsys, root, "centred", 4, 200)
     with pytest.raises(ValueError, match="the paper has no max_angle_deg for centred, d = 8"):
         _probe_page(monkeypatch, capsys, probe_roots / "short", "centred", 4, 200, "--against", 8)
-    with pytest.raises(ValueError, match=r"holds 3 complete centred d = 4, m = 200 trial\(s\) \(seeds \[0, 1, 2\]\).*at least 5"):
+    few = r"holds 3 complete centred d = 4, m = 200 trial\(s\) \(seeds \[0, 1, 2\]\).*at least 5"
+    with pytest.raises(ValueError, match=few):
         _probe_page(monkeypatch, capsys, probe_roots / "long", "centred", 4, 200)
 
 
