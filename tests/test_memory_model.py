@@ -29,6 +29,7 @@ MEASURED = [
     (1024, 200, 5, 20, 60, 1934),
     (1024, 200, 5, 20, 60, 2086),
     (1024, 200, 5, 40, 60, 2949),  # checkpoint still pickled to memory first (before the streamed write)
+    (1024, 200, 5, 80, 60, 3425),  # the paper's job size (max-iters 300, 854 s), with the code of 023da36
     (1024, 25, 1, 16, 1000, 926),
     (1024, 25, 1, 16, 60, 795),
     (1024, 25, 1, 16, 60, 796),
