@@ -305,7 +305,7 @@ def test_lint_clean(tmp_path):
     (["train={max_iters: abc}"], "config key train.max_iters: got 'abc' (a string); allowed: an integer >= 1"),
 ])
 def test_bad_config_is_rejected_clearly(tmp_path, override, message):
-    """One line naming the key and what is allowed, before any job (tests/test_faults.py checks
+    """One line naming the key and what is allowed, before any job (tests/test_config_errors.py checks
     every key of the schema in-process)."""
     res = snakemake(tmp_path, "-n", configfile="config/tiny.yaml", config=override)
     assert res.returncode != 0
