@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 import shallowrelu.engine as engine
 import shallowrelu.io as sio
@@ -76,14 +75,10 @@ def _assert_same_files(got: dict, ref: dict, exact: bool = True) -> None:
 
 
 @pytest.fixture(scope="module")
-def reference_job(tmp_path_factory):
+def reference_job(tmp_path_factory, torch_threads):
     root = tmp_path_factory.mktemp("reference")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         _train_job(root, _job_cfg(checkpoint_every_s=1e9))
-    finally:
-        torch.set_num_threads(threads)
     return root, _run_files(root)
 
 

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 import shallowrelu.engine as engine
 import shallowrelu.io as sio
@@ -85,15 +84,11 @@ def _assert_identical(got: dict, ref: dict) -> None:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
+def reference(tmp_path_factory, torch_threads):
     """The uninterrupted job (no checkpoints at all), trained with one torch thread."""
     root = tmp_path_factory.mktemp("reference")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         _train(root, _cfg(checkpoint_every_s=1e9))
-    finally:
-        torch.set_num_threads(threads)
     ref = _load_runs(root)
     stops = {k: (v["summary"]["stop_reason"], v["summary"]["iterations"]) for k, v in ref.items()}
     # the job must exercise runs that stop part-way and runs that go on to the cap
