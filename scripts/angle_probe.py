@@ -10,6 +10,7 @@ same trials trained to the paper's cap. The nuclear norm (Tables 5, 6) is not se
 and is not judged here.
 
     python scripts/angle_probe.py ROOT SCHEME D M [OUT.md] [--against D ...] [--full-root ROOT]
+                                  [--prior-runs RUNS.csv ...]
 
 Reads every complete trial under ROOT/SCHEME/dD/mM (runs of one cap). Per run: the max and mean
 angle between J+ neurons at the cap and at half of it (from its history), and its trial's straggler
@@ -18,6 +19,12 @@ count: the fewest training points any J+ neuron was active on at initialisation
 at D, and at each ``--against`` dimension, fall in the distributions of five of our trials
 (``shallowrelu.verdicts.sampling_verdicts``). Writes OUT.md, ``<stem>_cells.csv`` and
 ``<stem>_runs.csv``.
+
+``--prior-runs`` pools the trials of earlier pages (their ``_runs.csv``, which hold every number a
+page needs) with those under ROOT, so that a probe grows across machines whose run trees are gone:
+same scheme, d, m, cap, n_log, loss convention, ρ and λs, or an error. A (seed, λ) in both is taken
+from ROOT, and its angles must agree with the earlier ones to ``RETRAIN_TOL`` (a regression check of
+the engine; the page says how closely they agree).
 """
 
 from __future__ import annotations
@@ -49,6 +56,10 @@ ONE_POINT_BINS = [(0, 0), (1, 1), (2, 2), (3, None)]
 SETTLE_TOL, FULL_TOL = 0.01, 0.05  # relative change half cap -> cap, and probe -> --full-root, deemed settled
 MOST_LISTED = 16  # unsettled runs named on a page
 JOINT_DRAWS = 200_000  # random five-trial subsets of the paired view (its conditional p need ~10^4 hits)
+CONFIG_COLS = ["scheme", "d", "m", "cap", "n_log", "convention", "rho"]  # one probe: the same in every row
+RUN_COLS = ["seed", "lambda_exp", "stop_reason", "iterations", "git_commit", "n_pos_init", "straggler_count",
+            "n_one_point", *[c for a in ANGLES for c in (f"{a}_half", a)], *CONFIG_COLS]
+RETRAIN_TOL = 1e-6  # largest relative difference of a retrained run's angles from the earlier page's
 
 
 def straggler_counts(trial_dirs: list[Path]) -> pd.DataFrame:
@@ -65,10 +76,11 @@ def straggler_counts(trial_dirs: list[Path]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def load_probe(root: Path, scheme: str, d: int, m: int) -> tuple[pd.DataFrame, list[int], list[int]]:
+def load_probe(root: Path, scheme: str, d: int, m: int,
+               min_trials: int = MIN_TRIALS) -> tuple[pd.DataFrame, list[int], list[int]]:
     """Every run of the complete trials: final angles, the angles at half the cap, the straggler count."""
     paths, used, skipped = cap_evidence.complete_trials(root, scheme, d, m)
-    if len(used) < MIN_TRIALS:
+    if len(used) < min_trials:
         raise ValueError(f"{root} holds {len(used)} complete {scheme} d = {d}, m = {m} trial(s) (seeds {used}); "
                          f"a probe judges five-trial medians and needs at least {MIN_TRIALS} (tens to judge a cell)")
     runs = load_runs(paths)
@@ -86,8 +98,71 @@ def load_probe(root: Path, scheme: str, d: int, m: int) -> tuple[pd.DataFrame, l
         half.append({"seed": row.seed, "lambda_exp": row.lambda_exp, **{f"{a}_half": vals[a] for a in ANGLES}})
     runs = runs.merge(pd.DataFrame(half), on=["seed", "lambda_exp"], validate="one_to_one")
     strag = straggler_counts(sorted({p.parent for p in paths}))
-    return runs.merge(strag, on="seed", validate="many_to_one").assign(cap=cap, n_log=n_log, convention=convention,
-                                                                    rho=rho), used, skipped
+    return runs.merge(strag, on="seed", validate="many_to_one").assign(
+        scheme=scheme, d=d, m=m, cap=cap, n_log=n_log, convention=convention, rho=rho), used, skipped
+
+
+def read_prior(paths: list[Path]) -> pd.DataFrame:
+    """The runs of earlier pages (their ``_runs.csv``), one frame; each file must hold RUN_COLS."""
+    frames = []
+    for path in paths:
+        frame = pd.read_csv(path)
+        missing = [c for c in RUN_COLS if c not in frame.columns]
+        if missing:
+            raise ValueError(f"{path} lacks the columns {missing}; --prior-runs takes the _runs.csv of a page written "
+                             f"by this script (columns {RUN_COLS})")
+        frames.append(frame[RUN_COLS].assign(source=str(path)))
+    return pd.concat(frames, ignore_index=True)
+
+
+def pool_prior(runs: pd.DataFrame, prior: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The runs of ROOT and of earlier pages, one probe: the same configuration (CONFIG_COLS) and λs
+    everywhere, or a ValueError naming the difference. A (seed, λ) in both is ROOT's, and its angles
+    must agree with the earlier ones to RETRAIN_TOL. Also a sentence for the page."""
+    both = pd.concat([runs.assign(source="ROOT"), prior], ignore_index=True)
+    configs = both[CONFIG_COLS].drop_duplicates()
+    if len(configs) != 1:
+        raise ValueError("the runs to pool differ in (scheme, d, m, cap, n_log, convention, ρ): "
+                         f"{sorted(map(tuple, configs.itertuples(index=False)))}; a probe is one configuration")
+    lams = {src: frozenset(g.lambda_exp) for src, g in both.groupby("source", sort=False)}
+    if len(set(lams.values())) != 1:
+        raise ValueError("the runs to pool hold different λs: " + "; ".join(
+            f"{src}: {sorted(ls, reverse=True)}" for src, ls in lams.items()))
+    key = ["seed", "lambda_exp"]
+    if prior.duplicated(key).any():
+        raise ValueError(f"the --prior-runs files share (seed, λ) rows, e.g. "
+                         f"{prior[prior.duplicated(key)][key].iloc[0].tolist()}; each earlier run once")
+    pair = runs.merge(prior, on=key, suffixes=("", "_prior"))
+    largest = 0.0
+    for name in ANGLES:
+        rel = ((pair[name] - pair[f"{name}_prior"]) / pair[f"{name}_prior"]).abs()
+        if len(rel) and float(rel.max()) > RETRAIN_TOL:
+            bad = pair.loc[rel.idxmax()]
+            raise ValueError(f"seed {bad.seed}, λ = 4^{bad.lambda_exp}: {name} {float(bad[name])!r} here against "
+                             f"{float(bad[f'{name}_prior'])!r} in {bad.source} (relative {rel.max():.1e} > "
+                             f"{RETRAIN_TOL:g}); the runs no longer reproduce the earlier ones, so they are not pooled")
+        largest = max(largest, float(rel.max()) if len(rel) else 0.0)
+    kept = prior.merge(runs[key], on=key, how="left", indicator=True)
+    kept = kept[kept["_merge"] == "left_only"].drop(columns=["_merge"])
+    pooled = pd.concat([runs, kept.drop(columns=["source"])], ignore_index=True)
+    pooled = pooled.sort_values(key, ascending=[True, False])  # load_runs's order: the same draws of five trials
+    seeds = sorted(set(kept.seed))
+    text = (f"Pooled with earlier runs ({', '.join(sorted(set(prior.source)))}): {len(seeds)} trial(s) from there "
+            f"({_seed_ranges(seeds)}), {runs.seed.nunique()} trained here ({_seed_ranges(sorted(set(runs.seed)))})")
+    text += (f"; {len(pair)} run(s) of {pair.seed.nunique()} trial(s) in both, retrained here: angles within "
+             f"{largest:.1e} relative of the earlier values." if len(pair) else ".")
+    return pooled.reset_index(drop=True), text
+
+
+def _seed_ranges(seeds: list[int]) -> str:
+    """'seeds 0–79, 85' for sorted seeds: runs of consecutive seeds as ranges."""
+    parts, start = [], 0
+    for i in range(1, len(seeds) + 1):
+        if i == len(seeds) or seeds[i] != seeds[i - 1] + 1:
+            lo, hi = seeds[start], seeds[i - 1]
+            parts.append(f"{lo}" if lo == hi else f"{lo}–{hi}")
+            start = i
+    return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(parts)
 
 
 def judge(runs: pd.DataFrame, ref: pd.DataFrame, scheme: str, dims: list[int], m: int) -> pd.DataFrame:
@@ -246,8 +321,8 @@ def unsettled_banner(moved: list[tuple[int, int]], check_largest: float | None, 
             "the whole bundle) turn on, and the angles shrink with them.\n")
 
 
-def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, used: list[int],
-         skipped: list[int], check: tuple[str, float] | None) -> str:
+def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, skipped: list[int],
+         check: tuple[str, float] | None, pooled: str | None = None) -> str:
     cap = int(runs.cap.iloc[0])
     commits = sorted({c.removesuffix("-dirty")[:12] for cs in runs.git_commit for c in split_commits(cs)})
     settle = {a: ((runs[a] - runs[f"{a}_half"]) / runs[a]).abs() for a in ANGLES}
@@ -256,9 +331,9 @@ def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, u
     dims = sorted(cells.paper_d.unique(), key=lambda x: (x != d, x))
     banner = unsettled_banner(moved, check[1] if check else None, cap)
     lams = ", ".join(f"4^{le}" for le in sorted(runs.lambda_exp.unique(), reverse=True))
-    gaps = "" if used == list(range(used[0], used[-1] + 1)) else ", not contiguous"
+    used = sorted(set(runs.seed))
     out = ([banner] if banner else []) + [
-           f"Trials: {len(used)} (seeds {used[0]}–{used[-1]}{gaps}), λ = {lams}, each run "
+           f"Trials: {len(used)} ({_seed_ranges(used)}), λ = {lams}, each run "
            f"trained to {cap:,} iterations (`{runs.convention.iloc[0]}` convention, ρ = {runs.rho.iloc[0]:.4g}, "
            "float64, CPU)."
            + (f" Skipped, still training: seeds {', '.join(map(str, skipped))}." if skipped else ""),
@@ -267,7 +342,7 @@ def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, u
            f"--n-log {int(runs.n_log.iloc[0])} --loss-convention {runs.convention.iloc[0]} "
            f"--rho {runs.rho.iloc[0]:.17g}` "
            "(one or more seeds per process). Git commits recorded by the runs: "
-           f"{', '.join(commits)}.", "",
+           f"{', '.join(commits)}." + (f" {pooled}" if pooled else ""), "",
            "Settling: relative change of each run's angles from iteration "
            f"{cap // 2:,} to {cap:,}: max angle median {settle['max_angle_deg'].median():.1e}, largest "
            f"{settle['max_angle_deg'].max():.1e}; mean angle median {settle['mean_angle_deg'].median():.1e}, "
@@ -318,22 +393,27 @@ def main(argv: list[str]) -> int:
                    help="also judge the trials against the paper's columns at these d (same scheme and m)")
     p.add_argument("--full-root", type=Path, help="the same trials trained longer: a run tree, or the _runs.csv of a "
                    "scripts/cap_evidence.py page")
+    p.add_argument("--prior-runs", type=Path, nargs="+", default=[], metavar="RUNS.csv",
+                   help="pool with the trials of earlier pages of the same probe (their _runs.csv)")
     args = p.parse_args(argv)
-    runs, used, skipped = load_probe(args.root, args.scheme, args.d, args.m)
+    prior = read_prior(args.prior_runs) if args.prior_runs else None
+    runs, _, skipped = load_probe(args.root, args.scheme, args.d, args.m, 1 if prior is not None else MIN_TRIALS)
+    pooled = None
+    if prior is not None:
+        runs, pooled = pool_prior(runs, prior)
+        if runs.seed.nunique() < MIN_TRIALS:
+            raise ValueError(f"{runs.seed.nunique()} trial(s) in all; a probe needs at least {MIN_TRIALS}")
     dims = list(dict.fromkeys([args.d, *args.against]))
     cells = judge(runs, load_reference(cap_evidence.REFERENCE), args.scheme, dims, args.m)
     check = full_check(runs, args.full_root, args.scheme, args.d, args.m) if args.full_root else None
-    text = page(runs, cells, args.scheme, args.d, args.m, used, skipped, check)
+    text = page(runs, cells, args.scheme, args.d, args.m, skipped, check, pooled)
     print(text, end="")
     if args.out:
         atomic_write_text(args.out, f"# Angles from short runs: {args.scheme} d = {args.d}, m = {args.m}\n\n"
                           f"Generated by `python scripts/angle_probe.py {' '.join(argv)}`.\n\n" + text)
         stem = args.out.with_suffix("")
         atomic_write_text(Path(f"{stem}_cells.csv"), cells.to_csv(index=False))
-        keep = ["seed", "lambda_exp", "stop_reason", "iterations", "git_commit", "n_pos_init", "straggler_count",
-                "n_one_point",
-                *[c for a in ANGLES for c in (f"{a}_half", a)]]
-        atomic_write_text(Path(f"{stem}_runs.csv"), runs[keep].to_csv(index=False))
+        atomic_write_text(Path(f"{stem}_runs.csv"), runs[RUN_COLS].to_csv(index=False))
     return 0
 
 

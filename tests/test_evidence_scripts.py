@@ -407,6 +407,43 @@ def test_angle_probe_full_check_reads_a_cap_page_runs_csv(probe_roots, tmp_path,
     assert page.startswith(f"Against the same trials in {csv} (the runs of a cap_evidence page")
 
 
+def test_angle_probe_pools_the_runs_of_an_earlier_page(probe_roots, tmp_path, monkeypatch, capsys):
+    """--prior-runs: the trials of an earlier page's _runs.csv (seeds 0-4) pooled with a tree of
+    seeds 3-5 give the page of all six trained at once, cell for cell; a retrained run that no longer
+    agrees, another configuration, other λs or a file without the probe's columns are refused."""
+    code, _ = _probe_page(monkeypatch, capsys, probe_roots / "short", "centred", 4, 200, tmp_path / "all.md")
+    assert code == 0
+    every = pd.read_csv(tmp_path / "all_runs.csv")
+    assert {"scheme", "d", "m", "cap", "n_log", "convention", "rho"} <= set(every.columns)
+    prior = tmp_path / "prior_runs.csv"
+    every[every.seed <= 4].to_csv(prior, index=False)
+    late = tmp_path / "late"
+    for seed in (3, 4, 5):
+        shutil.copytree(probe_roots / "short" / "centred" / "d4" / "m200" / f"seed{seed}",
+                        late / "centred" / "d4" / "m200" / f"seed{seed}")
+    code, out = _probe_page(monkeypatch, capsys, late, "centred", 4, 200, tmp_path / "pooled.md", "--prior-runs", prior)
+    assert code == 0 and "Trials: 6 (seeds 0–5)" in out
+    assert (f"Pooled with earlier runs ({prior}): 3 trial(s) from there (seeds 0–2), 3 trained here (seeds 3–5); "
+            "4 run(s) of 2 trial(s) in both, retrained here: angles within 0.0e+00 relative") in out
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "pooled_cells.csv"), pd.read_csv(tmp_path / "all_cells.csv"))
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "pooled_runs.csv"), every)
+
+    def refused(frame: pd.DataFrame, match: str) -> None:
+        bad = tmp_path / "bad_runs.csv"
+        frame.to_csv(bad, index=False)
+        with pytest.raises(ValueError, match=match):
+            _probe_page(monkeypatch, capsys, late, "centred", 4, 200, "--prior-runs", bad)
+
+    early = every[every.seed <= 4]
+    moved = early.copy()
+    moved.loc[(moved.seed == 4) & (moved.lambda_exp == -8), "max_angle_deg"] *= 1 + 1e-5
+    refused(moved, r"seed 4, λ = 4\^-8: max_angle_deg [0-9.]+ here against .*relative 1.0e-05 > 1e-06\); the runs "
+                   "no longer reproduce")
+    refused(early.assign(rho=2.0), r"differ in \(scheme, d, m, cap, n_log, convention, ρ\)")
+    refused(early[early.lambda_exp == -8], r"hold different λs: ROOT: \[-3, -8\]; .*: \[-8\]")
+    refused(early.drop(columns=["n_log"]), r"lacks the columns \['n_log'\]; --prior-runs takes the _runs.csv")
+
+
 def test_angle_probe_warns_where_the_angles_still_move(monkeypatch):
     """The page opens with a warning where a run moved by more than 1 % over the probe's second
     half, or the longer runs differ by more than 5 %; nothing where neither."""
