@@ -17,8 +17,9 @@ angle between J+ neurons at the cap and at half of it (from its history), and it
 count: the fewest training points any J+ neuron was active on at initialisation
 (``shallowrelu.metrics.straggler_count``). Per metric and λ: where the paper's median and std
 at D, and at each ``--against`` dimension, fall in the distributions of five of our trials
-(``shallowrelu.verdicts.sampling_verdicts``). Writes OUT.md, ``<stem>_cells.csv`` and
-``<stem>_runs.csv``.
+(``shallowrelu.verdicts.sampling_verdicts``), and how firm that is: the trials resampled with
+replacement and every cell judged again (``shallowrelu.verdicts.bootstrap_p``: the range of each p
+and the share of resamples per verdict). Writes OUT.md, ``<stem>_cells.csv`` and ``<stem>_runs.csv``.
 
 ``--prior-runs`` pools the trials of earlier pages (their ``_runs.csv``, which hold every number a
 page needs) with those under ROOT, so that a probe grows across machines whose run trees are gone:
@@ -45,7 +46,7 @@ import cap_evidence  # noqa: E402  (a sibling script, not a package)
 from shallowrelu.aggregate import load_reference, load_runs, split_commits  # noqa: E402
 from shallowrelu.io import atomic_write_text, parse_lambda_tag  # noqa: E402
 from shallowrelu.metrics import init_activity_counts, init_groups, straggler_count  # noqa: E402
-from shallowrelu.verdicts import MIN_TRIALS, VerdictConfig, sampling_verdicts, subsets  # noqa: E402
+from shallowrelu.verdicts import MIN_TRIALS, VerdictConfig, bootstrap_p, sampling_verdicts, subsets  # noqa: E402
 
 ANGLES = ("max_angle_deg", "mean_angle_deg")
 SCHEMES = ("centred", "uncentred")
@@ -60,6 +61,9 @@ CONFIG_COLS = ["scheme", "d", "m", "cap", "n_log", "convention", "rho"]  # one p
 RUN_COLS = ["seed", "lambda_exp", "stop_reason", "iterations", "git_commit", "n_pos_init", "straggler_count",
             "n_one_point", *[c for a in ANGLES for c in (f"{a}_half", a)], *CONFIG_COLS]
 RETRAIN_TOL = 1e-6  # largest relative difference of a retrained run's angles from the earlier page's
+N_BOOT = 200  # bootstrap resamples of our trials: how firm each cell's p values and verdict are
+FIRMNESS_COLS = ["median_p_q05", "median_p_q95", "std_p_q05", "std_p_q95", "boot_consistent", "boot_tension",
+                 "boot_inconsistent"]
 
 
 def straggler_counts(trial_dirs: list[Path]) -> pd.DataFrame:
@@ -183,6 +187,39 @@ def judge(runs: pd.DataFrame, ref: pd.DataFrame, scheme: str, dims: list[int], m
     res = sampling_verdicts(values, frame.paper_median.to_numpy(float), frame.paper_std.to_numpy(float),
                             baselines=False)
     return pd.concat([frame, pd.DataFrame({c: res[c] for c in VERDICT_COLS})], axis=1)
+
+
+def firmness(runs: pd.DataFrame, cells: pd.DataFrame, n_boot: int = N_BOOT) -> pd.DataFrame:
+    """``cells`` with how firm each verdict is: our trials resampled with replacement (a trial's
+    runs together, ``verdicts.bootstrap_p``), the 5–95 % range of the p values of the paper's
+    median and std and the share of resamples per verdict of the cell."""
+    seeds = sorted(set(runs.seed))
+    wide = {a: runs.pivot(index="seed", columns="lambda_exp", values=a).loc[seeds] for a in ANGLES}
+    values = np.stack([wide[r.metric][r.lambda_exp].to_numpy(float) for r in cells.itertuples()])
+    boot = bootstrap_p(values, cells.paper_median.to_numpy(float), cells.paper_std.to_numpy(float), n_boot)
+    out = cells.copy()
+    for col in ("median_p", "std_p"):
+        out[f"{col}_q05"], out[f"{col}_q95"] = np.quantile(boot[col], [0.05, 0.95], axis=0)
+    for verdict in ("consistent", "tension", "inconsistent"):
+        out[f"boot_{verdict}"] = (boot["verdict"] == verdict).mean(axis=0)
+    return out
+
+
+def firmness_table(cells: pd.DataFrame, d: int, n_boot: int = N_BOOT) -> str:
+    """The page's section on how firm the verdicts against the paper's own column (d) are."""
+    own = cells[cells.paper_d == d]
+    consistent = own.boot_consistent.sum()
+    out = [f"How firm the verdicts are: our trials resampled with replacement {n_boot} times (a trial's runs "
+           "together), the paper's column judged again each time: the 5–95 % range of each p, and the share of "
+           f"resamples per verdict. Consistent cells (paper d = {d}), mean over the resamples: {consistent:.1f} of "
+           f"{len(own)}.", "",
+           "| metric | λ | p median [5–95 %] | p std [5–95 %] | consistent / tension / inconsistent |",
+           "|---|---|---|---|---|"]
+    for r in own.itertuples():
+        out.append(f"| {r.metric} | 4^{r.lambda_exp} | {r.median_p:.2g} [{r.median_p_q05:.2g}, {r.median_p_q95:.2g}] "
+                   f"| {r.std_p:.2g} [{r.std_p_q05:.2g}, {r.std_p_q95:.2g}] | {r.boot_consistent:.0%} / "
+                   f"{r.boot_tension:.0%} / {r.boot_inconsistent:.0%} |")
+    return "\n".join(out) + "\n"
 
 
 def full_check(runs: pd.DataFrame, full_root: Path, scheme: str, d: int, m: int) -> tuple[str, float]:
@@ -358,7 +395,8 @@ def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, s
         counts = [f"{int((sub[sub.paper_d == x].verdict == 'consistent').sum())}/{int((sub.paper_d == x).sum())}"
                   for x in dims]
         out.append(f"| {name} | {_tables(sub)} | " + " | ".join(counts) + " |")
-    out += ["", straggler_table(runs).rstrip("\n"), "", joint_table(runs, cells, d).rstrip("\n"), "",
+    out += ["", firmness_table(cells, d).rstrip("\n"), "", straggler_table(runs).rstrip("\n"), "",
+            joint_table(runs, cells, d).rstrip("\n"), "",
             "Per cell: our median over all trials, [5 %, 95 %] of the median of five of them, the same for the "
             "std (ddof 1), and per paper column its median (std), the two-sided p of its median and std in "
             "those distributions, and the verdict.", ""]
@@ -404,7 +442,7 @@ def main(argv: list[str]) -> int:
         if runs.seed.nunique() < MIN_TRIALS:
             raise ValueError(f"{runs.seed.nunique()} trial(s) in all; a probe needs at least {MIN_TRIALS}")
     dims = list(dict.fromkeys([args.d, *args.against]))
-    cells = judge(runs, load_reference(cap_evidence.REFERENCE), args.scheme, dims, args.m)
+    cells = firmness(runs, judge(runs, load_reference(cap_evidence.REFERENCE), args.scheme, dims, args.m))
     check = full_check(runs, args.full_root, args.scheme, args.d, args.m) if args.full_root else None
     text = page(runs, cells, args.scheme, args.d, args.m, skipped, check, pooled)
     print(text, end="")

@@ -366,6 +366,10 @@ def test_angle_probe_page(probe_roots, tmp_path, monkeypatch, capsys):
             assert row.max_angle_deg_half == hist["history_max_angle_pos_deg"][list(its).index(200)]
     cells = pd.read_csv(tmp_path / "probe_cells.csv")
     assert set(cells.paper_d) == {4, 16} and len(cells) == 2 * 2 * 2
+    assert "How firm the verdicts are: our trials resampled with replacement 200 times" in out
+    shares = cells[["boot_consistent", "boot_tension", "boot_inconsistent"]].sum(axis=1)
+    np.testing.assert_allclose(shares, 1.0)  # six trials: every resample has a verdict
+    assert ((cells.median_p_q05 <= cells.median_p_q95) & (cells.std_p_q05 <= cells.std_p_q95)).all()
     ref = pd.read_csv(SCRIPT.parents[1] / "data" / "reference_tables.csv")
     for d in (4, 16):
         c = cells[(cells.metric == "mean_angle_deg") & (cells.lambda_exp == -3) & (cells.paper_d == d)].iloc[0]

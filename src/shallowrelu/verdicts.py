@@ -345,6 +345,33 @@ def sampling_verdicts(values: Sequence[Sequence[float]], paper_median: Sequence[
     return out
 
 
+def bootstrap_p(values: np.ndarray, paper_median: Sequence[float], paper_std: Sequence[float],
+                n_boot: int = 200, seed: int = 0, cfg: VerdictConfig | None = None,
+                k: int = PAPER_TRIALS) -> dict[str, np.ndarray]:
+    """How firm the p values of :func:`sampling_verdicts` are. Our N trials only sample the
+    distribution of a cell, so its p values carry sampling error of their own (tens of trials
+    leave a heavy tail's rare events half-sampled). Here the trials, the columns of ``values``
+    (cells × trials; a column is one trial in every cell, so its runs stay together), are drawn
+    with replacement ``n_boot`` times, and the p values of the paper's median and std and the
+    cell's verdict are computed again each time. Returns ``median_p``, ``std_p`` and ``verdict``,
+    each of shape (n_boot, cells)."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim != 2 or v.shape[1] < max(MIN_TRIALS, k):
+        raise ValueError(f"values must be cells × trials with at least {max(MIN_TRIALS, k)} trials, "
+                         f"got shape {v.shape}")
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+    rng = np.random.default_rng([seed, v.shape[1]])
+    out = {"median_p": np.empty((n_boot, v.shape[0])), "std_p": np.empty((n_boot, v.shape[0])),
+           "verdict": np.empty((n_boot, v.shape[0]), dtype=object)}
+    for b in range(n_boot):
+        res = sampling_verdicts(list(v[:, rng.integers(0, v.shape[1], v.shape[1])]), paper_median, paper_std, cfg, k,
+                                baselines=False)
+        for col in out:
+            out[col][b] = res[col]
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # the paper's std convention, from the tables
 
