@@ -12,6 +12,9 @@ and is not judged here.
     python scripts/angle_probe.py ROOT SCHEME D M [OUT.md] [--against D ...] [--full-root ROOT]
                                   [--prior-runs RUNS.csv ...]
 
+ROOT is a run tree, or the ``_runs.csv`` of an earlier page (to write the page again from the
+numbers it was made of, e.g. after this script has changed).
+
 Reads every complete trial under ROOT/SCHEME/dD/mM (runs of one cap). Per run: the max and mean
 angle between J+ neurons at the cap and at half of it (from its history), and its trial's straggler
 count: the fewest training points any J+ neuron was active on at initialisation
@@ -119,6 +122,19 @@ def read_prior(paths: list[Path]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+def read_page_runs(path: Path, scheme: str, d: int, m: int) -> pd.DataFrame:
+    """The runs of an earlier page as ROOT: its ``_runs.csv``, of this scheme, d and m, one configuration."""
+    runs = read_prior([path]).drop(columns=["source"])
+    configs = runs[CONFIG_COLS].drop_duplicates()
+    if len(configs) != 1:
+        raise ValueError(f"{path} holds runs of more than one configuration: "
+                         f"{sorted(map(tuple, configs.itertuples(index=False)))}")
+    have = configs.iloc[0]
+    if (have.scheme, int(have.d), int(have.m)) != (scheme, d, m):
+        raise ValueError(f"{path} holds {have.scheme} d = {have.d}, m = {have.m} runs, not {scheme} d = {d}, m = {m}")
+    return runs
+
+
 def pool_prior(runs: pd.DataFrame, prior: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """The runs of ROOT and of earlier pages, one probe: the same configuration (CONFIG_COLS) and λs
     everywhere, or a ValueError naming the difference. A (seed, λ) in both is ROOT's, and its angles
@@ -212,7 +228,9 @@ def firmness_table(cells: pd.DataFrame, d: int, n_boot: int = N_BOOT) -> str:
     out = [f"How firm the verdicts are: our trials resampled with replacement {n_boot} times (a trial's runs "
            "together), the paper's column judged again each time: the 5–95 % range of each p, and the share of "
            f"resamples per verdict. Consistent cells (paper d = {d}), mean over the resamples: {consistent:.1f} of "
-           f"{len(own)}.", "",
+           f"{len(own)}. A wide range says that a verdict rests on a few trials in the tail, where the paper's value "
+           "sits near the edge of what five of ours give; more trials narrow it. The shares measure that fragility, "
+           "not the probability that a verdict is right.", "",
            "| metric | λ | p median [5–95 %] | p std [5–95 %] | consistent / tension / inconsistent |",
            "|---|---|---|---|---|"]
     for r in own.itertuples():
@@ -224,11 +242,12 @@ def firmness_table(cells: pd.DataFrame, d: int, n_boot: int = N_BOOT) -> str:
 
 def full_check(runs: pd.DataFrame, full_root: Path, scheme: str, d: int, m: int) -> tuple[str, float]:
     """How far the probe's angles are from the same trials' angles in longer runs: a run tree
-    (trained to its cap) or the ``_runs.csv`` of a cap_evidence page (its angles at the paper's
-    cap). A sentence for the page and the largest relative difference."""
+    (trained to its cap) or the ``_runs.csv`` of an earlier page (a cap_evidence page: its angles
+    at the paper's cap; a probe with a longer cap). A sentence for the page and the largest
+    relative difference."""
     if full_root.suffix == ".csv":
         full = pd.read_csv(full_root)
-        what = f"the same trials in {full_root} (the runs of a cap_evidence page, angles at their last iteration"
+        what = f"the same trials in {full_root} (the runs of an earlier page, angles at their last iteration"
     else:
         paths, _, _ = cap_evidence.complete_trials(full_root, scheme, d, m)
         full = load_runs(paths)
@@ -430,17 +449,20 @@ def main(argv: list[str]) -> int:
     p.add_argument("--against", type=int, nargs="+", default=[], metavar="D",
                    help="also judge the trials against the paper's columns at these d (same scheme and m)")
     p.add_argument("--full-root", type=Path, help="the same trials trained longer: a run tree, or the _runs.csv of a "
-                   "scripts/cap_evidence.py page")
+                   "scripts/cap_evidence.py page or of a probe with a longer cap")
     p.add_argument("--prior-runs", type=Path, nargs="+", default=[], metavar="RUNS.csv",
                    help="pool with the trials of earlier pages of the same probe (their _runs.csv)")
     args = p.parse_args(argv)
     prior = read_prior(args.prior_runs) if args.prior_runs else None
-    runs, _, skipped = load_probe(args.root, args.scheme, args.d, args.m, 1 if prior is not None else MIN_TRIALS)
+    if args.root.suffix == ".csv":
+        runs, skipped = read_page_runs(args.root, args.scheme, args.d, args.m), []
+    else:
+        runs, _, skipped = load_probe(args.root, args.scheme, args.d, args.m, 1 if prior is not None else MIN_TRIALS)
     pooled = None
     if prior is not None:
         runs, pooled = pool_prior(runs, prior)
-        if runs.seed.nunique() < MIN_TRIALS:
-            raise ValueError(f"{runs.seed.nunique()} trial(s) in all; a probe needs at least {MIN_TRIALS}")
+    if runs.seed.nunique() < MIN_TRIALS:
+        raise ValueError(f"{runs.seed.nunique()} trial(s) in all; a probe needs at least {MIN_TRIALS}")
     dims = list(dict.fromkeys([args.d, *args.against]))
     cells = firmness(runs, judge(runs, load_reference(cap_evidence.REFERENCE), args.scheme, dims, args.m))
     check = full_check(runs, args.full_root, args.scheme, args.d, args.m) if args.full_root else None

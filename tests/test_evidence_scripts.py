@@ -408,7 +408,7 @@ def test_angle_probe_full_check_reads_a_cap_page_runs_csv(probe_roots, tmp_path,
     page, page_largest = angle_probe.full_check(runs, csv, "centred", 4, 200)
     assert page_largest == tree_largest > 0
     assert tree.split("relative differences")[1] == page.split("relative differences")[1]
-    assert page.startswith(f"Against the same trials in {csv} (the runs of a cap_evidence page")
+    assert page.startswith(f"Against the same trials in {csv} (the runs of an earlier page")
 
 
 def test_angle_probe_pools_the_runs_of_an_earlier_page(probe_roots, tmp_path, monkeypatch, capsys):
@@ -431,6 +431,13 @@ def test_angle_probe_pools_the_runs_of_an_earlier_page(probe_roots, tmp_path, mo
             "4 run(s) of 2 trial(s) in both, retrained here: angles within 0.0e+00 relative") in out
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "pooled_cells.csv"), pd.read_csv(tmp_path / "all_cells.csv"))
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "pooled_runs.csv"), every)
+    # a page written again from its own _runs.csv (ROOT a CSV): the same cells and runs
+    code, again = _probe_page(monkeypatch, capsys, tmp_path / "all_runs.csv", "centred", 4, 200, tmp_path / "again.md")
+    assert code == 0 and "Trials: 6 (seeds 0–5)" in again
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "again_cells.csv"), pd.read_csv(tmp_path / "all_cells.csv"))
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "again_runs.csv"), every)
+    with pytest.raises(ValueError, match="holds centred d = 4, m = 200 runs, not centred d = 16, m = 200"):
+        _probe_page(monkeypatch, capsys, tmp_path / "all_runs.csv", "centred", 16, 200)
 
     def refused(frame: pd.DataFrame, match: str) -> None:
         bad = tmp_path / "bad_runs.csv"
