@@ -65,8 +65,6 @@ RUN_COLS = ["seed", "lambda_exp", "stop_reason", "iterations", "git_commit", "n_
             "n_one_point", *[c for a in ANGLES for c in (f"{a}_half", a)], *CONFIG_COLS]
 RETRAIN_TOL = 1e-6  # largest relative difference of a retrained run's angles from the earlier page's
 N_BOOT = 200  # bootstrap resamples of our trials: how firm each cell's p values and verdict are
-FIRMNESS_COLS = ["median_p_q05", "median_p_q95", "std_p_q05", "std_p_q95", "boot_consistent", "boot_tension",
-                 "boot_inconsistent"]
 
 
 def straggler_counts(trial_dirs: list[Path]) -> pd.DataFrame:

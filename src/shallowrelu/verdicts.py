@@ -37,6 +37,9 @@ cells at N = 10 / 20 / 40 / 100, against in-sample baselines 0.96 / 0.94 / 0.92 
 held-out – / 0.60 / 0.85 / 0.90: the held-out baseline is pessimistic for small N (it has
 N − 5 trials; none below N = 15) and tracked the simulated rate at N = 40; read the observed
 fraction against both, and prefer N ≥ 40.
+
+How firm one cell's p values are, given that our N trials only sample its distribution:
+``bootstrap_p`` (the trials resampled with replacement, the paper's values judged again).
 """
 
 from __future__ import annotations
