@@ -120,14 +120,19 @@ def read_prior(paths: list[Path]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+def _one_config(runs: pd.DataFrame, what: str) -> pd.Series:
+    """The configuration (CONFIG_COLS) every row of ``runs`` shares, or a ValueError naming them all."""
+    configs = runs[CONFIG_COLS].drop_duplicates()
+    if len(configs) != 1:
+        raise ValueError(f"{what} differ in (scheme, d, m, cap, n_log, convention, ρ): "
+                         f"{sorted(map(tuple, configs.itertuples(index=False)))}; a probe is one configuration")
+    return configs.iloc[0]
+
+
 def read_page_runs(path: Path, scheme: str, d: int, m: int) -> pd.DataFrame:
     """The runs of an earlier page as ROOT: its ``_runs.csv``, of this scheme, d and m, one configuration."""
     runs = read_prior([path]).drop(columns=["source"])
-    configs = runs[CONFIG_COLS].drop_duplicates()
-    if len(configs) != 1:
-        raise ValueError(f"{path} holds runs of more than one configuration: "
-                         f"{sorted(map(tuple, configs.itertuples(index=False)))}")
-    have = configs.iloc[0]
+    have = _one_config(runs, f"the runs in {path}")
     if (have.scheme, int(have.d), int(have.m)) != (scheme, d, m):
         raise ValueError(f"{path} holds {have.scheme} d = {have.d}, m = {have.m} runs, not {scheme} d = {d}, m = {m}")
     return runs
@@ -138,10 +143,7 @@ def pool_prior(runs: pd.DataFrame, prior: pd.DataFrame) -> tuple[pd.DataFrame, s
     everywhere, or a ValueError naming the difference. A (seed, λ) in both is ROOT's, and its angles
     must agree with the earlier ones to RETRAIN_TOL. Also a sentence for the page."""
     both = pd.concat([runs.assign(source="ROOT"), prior], ignore_index=True)
-    configs = both[CONFIG_COLS].drop_duplicates()
-    if len(configs) != 1:
-        raise ValueError("the runs to pool differ in (scheme, d, m, cap, n_log, convention, ρ): "
-                         f"{sorted(map(tuple, configs.itertuples(index=False)))}; a probe is one configuration")
+    _one_config(both, "the runs to pool")
     lams = {src: frozenset(g.lambda_exp) for src, g in both.groupby("source", sort=False)}
     if len(set(lams.values())) != 1:
         raise ValueError("the runs to pool hold different λs: " + "; ".join(

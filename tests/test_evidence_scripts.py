@@ -438,6 +438,9 @@ def test_angle_probe_pools_the_runs_of_an_earlier_page(probe_roots, tmp_path, mo
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "again_runs.csv"), every)
     with pytest.raises(ValueError, match="holds centred d = 4, m = 200 runs, not centred d = 16, m = 200"):
         _probe_page(monkeypatch, capsys, tmp_path / "all_runs.csv", "centred", 16, 200)
+    every.assign(rho=np.where(every.seed < 3, 1.0, 2.0)).to_csv(tmp_path / "mixed_runs.csv", index=False)
+    with pytest.raises(ValueError, match=r"the runs in .*mixed_runs.csv differ in \(scheme, d, m, cap, n_log"):
+        _probe_page(monkeypatch, capsys, tmp_path / "mixed_runs.csv", "centred", 4, 200)
 
     def refused(frame: pd.DataFrame, match: str) -> None:
         bad = tmp_path / "bad_runs.csv"
