@@ -1,0 +1,86 @@
+"""scripts/evidence_index.py: the index of docs/evidence/ is current, and its counts, notes and
+staleness check follow the pages' files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+@pytest.fixture
+def evidence_index(monkeypatch):
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    import evidence_index
+
+    return evidence_index
+
+
+def _cap_page(folder: Path, name: str, seeds: list[int], verdicts: list[str], banner: str = "") -> None:
+    rows = [dict(scheme="uncentred", d=64, m=200, metric=metric, lambda_exp=-k, verdict=v, cap=cap, cap_iters=iters)
+            for cap, iters in (("low", 2_000_000), ("high", 20_000_000))
+            for metric in ("max_angle_deg", "nuclear_norm") for k, v in enumerate(verdicts)]
+    pd.DataFrame(rows).to_csv(folder / f"{name}_cells.csv", index=False)
+    pd.DataFrame({"seed": seeds}).to_csv(folder / f"{name}_runs.csv", index=False)
+    (folder / f"{name}.md").write_text(f"# Cap page {name}\n\n{banner}\n", encoding="utf-8")
+
+
+def _probe_page(folder: Path, name: str, moved: float) -> None:
+    runs = pd.DataFrame(dict(seed=[0, 1, 2], lambda_exp=-3, scheme="centred", d=1024, m=25, cap=3000, n_log=60,
+                             convention="authors", rho=2.0, max_angle_deg=[1.0, 2.0, 3.0],
+                             max_angle_deg_half=[1.0, 2.0 * (1 + moved), 3.0], mean_angle_deg=0.5,
+                             mean_angle_deg_half=0.5))
+    runs.to_csv(folder / f"{name}_runs.csv", index=False)
+    cells = pd.DataFrame(dict(metric=["max_angle_deg", "mean_angle_deg", "max_angle_deg"], paper_d=[1024, 1024, 256],
+                              verdict=["tension", "consistent", "inconsistent"], boot_consistent=[0.25, 1.0, 0.0]))
+    cells.to_csv(folder / f"{name}_cells.csv", index=False)
+    (folder / f"{name}.md").write_text(f"# Probe {name}\n", encoding="utf-8")
+
+
+def test_committed_index_is_current(evidence_index):
+    """docs/evidence/README.md is what the committed pages give (regenerate it after changing a page)."""
+    assert evidence_index.main(["--check"]) == 0
+
+
+def test_index_counts_pooling_and_staleness(evidence_index, tmp_path, capsys):
+    _cap_page(tmp_path, "small", [0, 1], ["consistent", "tension", "inconsistent"], "> **Superseded (x).** text")
+    _cap_page(tmp_path, "pooled", [0, 1, 2], ["consistent", "consistent", "inconsistent"])
+    _probe_page(tmp_path, "angles_probe", moved=0.02)
+    (tmp_path / "method.md").write_text("# A method page\n", encoding="utf-8")
+    assert evidence_index.main(["--check", "--dir", str(tmp_path)]) == 1
+    assert "is stale" in capsys.readouterr().err
+    assert evidence_index.main(["--dir", str(tmp_path)]) == 0
+    text = (tmp_path / "README.md").read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines() if line.startswith("| [")]
+    assert len(rows) == 5  # two caps per cap page, one probe row
+    small = [r for r in rows if r.startswith("| [small]")]
+    assert [r.split(" | ")[6] for r in small] == ["2,000,000", "20,000,000"]
+    assert all(" | 1/1/1 | – | 1/1/1 | superseded (x); its trials are in [pooled](pooled.md) |" in r for r in small)
+    assert all("its trials are in" not in r for r in rows if r.startswith("| [pooled]"))
+    [probe] = [r for r in rows if r.startswith("| [angles_probe]")]
+    # only the probe's own d is counted; ρ = 2 is not the centred scheme's SPEC value; one angle moved 2 %
+    assert " | centred | 1024 | 25 | 2 | 3 (seeds 0–2) | 3,000 | 0/1/0 | 1/0/0 | – | " in probe
+    assert "bootstrap: 1.2 of 2 consistent; **not settled** (1 angles moved > 1%" in probe
+    assert "- [method](method.md): A method page" in text and "README" not in text.split("Pages without")[1]
+    assert evidence_index.main(["--check", "--dir", str(tmp_path)]) == 0
+    _cap_page(tmp_path, "pooled", [0, 1, 2], ["consistent"] * 3)  # a page changed, the index not
+    assert evidence_index.main(["--check", "--dir", str(tmp_path)]) == 1
+
+
+def test_index_refuses_unknown_verdicts_and_mixed_probes(evidence_index, tmp_path):
+    _probe_page(tmp_path, "angles_probe", moved=0.0)
+    cells = pd.read_csv(tmp_path / "angles_probe_cells.csv").assign(verdict="agree")
+    cells.to_csv(tmp_path / "angles_probe_cells.csv", index=False)
+    with pytest.raises(ValueError, match=r"verdicts \['agree'\] are not among"):
+        evidence_index.index(tmp_path)
+    _probe_page(tmp_path, "angles_probe", moved=0.0)
+    runs = pd.read_csv(tmp_path / "angles_probe_runs.csv")
+    runs.loc[0, "cap"] = 30000
+    runs.to_csv(tmp_path / "angles_probe_runs.csv", index=False)
+    with pytest.raises(ValueError, match="more than one configuration"):
+        evidence_index.index(tmp_path)
+    with pytest.raises(SystemExit):
+        evidence_index.main(["--dir", str(tmp_path / "missing")])
