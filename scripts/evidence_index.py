@@ -1,10 +1,11 @@
 """The index of the evidence pages (docs/evidence/README.md): for every page with a ``*_cells.csv``,
 what it judged (scheme, d, m, ρ, trials, iterations) and its cells per metric as consistent /
 in tension / inconsistent against the paper (the rule of docs/report.md), read from the page's own
-``*_cells.csv`` and ``*_runs.csv``; then the pages without cells. Nothing is typed in, so an index
-that disagrees with its pages is stale: ``--check`` exits 1 then (the test suite runs it).
+``*_cells.csv`` and ``*_runs.csv``; then the pages without cells. Also the README's table of
+agreement per (scheme, d, m), between its markers. Nothing is typed in, so an index that disagrees
+with its pages is stale: ``--check`` exits 1 then (the test suite runs it).
 
-    python scripts/evidence_index.py [--dir docs/evidence] [--check]
+    python scripts/evidence_index.py [--dir docs/evidence] [--readme README.md|none] [--check]
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from shallowrelu.io import atomic_write_text  # noqa: E402
 
 METRICS = ("max_angle_deg", "mean_angle_deg", "nuclear_norm")
 VERDICTS = ("consistent", "tension", "inconsistent")
+LABELS = {"max_angle_deg": "max angle", "mean_angle_deg": "mean angle", "nuclear_norm": "nuclear norm"}
 INDEX = "README.md"
+MARKERS = ("<!-- evidence-index:start -->", "<!-- evidence-index:end -->")
 
 
 @dataclass(frozen=True)
@@ -36,11 +39,30 @@ class Row:
     d: int
     m: int
     rho: str
-    trials: str
-    iterations: str
+    n_trials: int
+    seeds: frozenset[int]  # empty where the page does not list them (the grid's)
+    iterations: int  # the cap (the grid's: its longest run, the cap where runs reached it)
     counts: dict[str, str]  # metric -> "c/t/i", or "–" where the page does not judge it
-    note: str
-    seeds: frozenset[int] = frozenset()  # empty where the page does not list them (the grid's)
+    banner: str = ""  # the page's own warning ("superseded …")
+    boot: str = ""  # the probes' mean consistent cells over bootstrap resamples
+    moved: int = 0  # angles that moved > SETTLE_TOL over the probe's last half (not settled)
+    pooled_into: str = ""  # a larger page holding all this one's trials
+
+    def trials(self) -> str:
+        return f"{self.n_trials} ({angle_probe._seed_ranges(sorted(self.seeds))})" if self.seeds else str(self.n_trials)
+
+    def note(self) -> str:
+        return "; ".join(filter(None, [
+            self.banner, self.boot,
+            f"**not settled** ({self.moved} angles moved > {angle_probe.SETTLE_TOL:.0%} over the last half)"
+            if self.moved else "",
+            f"its trials are in [{self.pooled_into}]({self.pooled_into}.md)" if self.pooled_into else ""]))
+
+    def judges(self, metric: str) -> bool:
+        """Whether this row speaks for the metric: judged there, not superseded, settled."""
+        gone = self.banner.startswith("superseded") or (self.banner.startswith("angles superseded")
+                                                        and metric != "nuclear_norm")
+        return self.counts[metric] != "–" and not gone and not self.moved
 
 
 def _counts(cells: pd.DataFrame) -> dict[str, str]:
@@ -79,69 +101,82 @@ def _probe_rows(cells_csv: Path, name: str) -> list[Row]:
     cells = cells[cells.paper_d == d]
     moved = sum(((runs[a] - runs[f"{a}_half"]) / runs[a]).abs().gt(angle_probe.SETTLE_TOL).sum()
                 for a in angle_probe.ANGLES)
-    notes = [f"bootstrap: {cells.boot_consistent.sum():.1f} of {len(cells)} consistent"]
-    if moved:
-        notes.append(f"**not settled** ({moved} angles moved > {angle_probe.SETTLE_TOL:.0%} over the last half)")
     seeds = sorted(set(runs.seed))
-    return [Row(name, scheme, d, int(c.m), _rho(scheme, float(c.rho)),
-                f"{len(seeds)} ({angle_probe._seed_ranges(seeds)})", f"{int(c.cap):,}", _counts(cells),
-                "; ".join(notes), frozenset(seeds))]
+    return [Row(name, scheme, d, int(c.m), _rho(scheme, float(c.rho)), len(seeds), frozenset(seeds), int(c.cap),
+                _counts(cells), boot=f"bootstrap: {cells.boot_consistent.sum():.1f} of {len(cells)} consistent",
+                moved=int(moved))]
 
 
-def _cap_rows(cells: pd.DataFrame, cells_csv: Path, name: str, note: str) -> list[Row]:
-    seeds = sorted(set(pd.read_csv(cells_csv.with_name(name + "_runs.csv")).seed))
+def _cap_rows(cells: pd.DataFrame, cells_csv: Path, name: str, banner: str) -> list[Row]:
+    seeds = frozenset(pd.read_csv(cells_csv.with_name(name + "_runs.csv")).seed)
     (scheme, d, m), = cells[["scheme", "d", "m"]].drop_duplicates().itertuples(index=False)
-    return [Row(name, scheme, int(d), int(m), "SPEC", f"{len(seeds)} ({angle_probe._seed_ranges(seeds)})",
-                f"{int(at.cap_iters.iloc[0]):,}", _counts(at), note, frozenset(seeds))
-            for _, at in sorted(cells.groupby("cap"), key=lambda kv: int(kv[1].cap_iters.iloc[0]))]
+    return [Row(name, scheme, int(d), int(m), "SPEC", len(seeds), seeds, int(at.cap_iters.iloc[0]), _counts(at),
+                banner) for _, at in cells.groupby("cap")]
 
 
-def _grid_rows(cells: pd.DataFrame, name: str, note: str) -> list[Row]:
-    rows = []
-    for (scheme, d, m), g in cells.groupby(["scheme", "d", "m"]):
-        capped = g.n_capped.sum() > 0
-        rows.append(Row(name, str(scheme), int(d), int(m), "SPEC", str(int(g.n.max())),
-                        f"{int(g.iterations_max.max()):,}" + ("" if capped else " (longest run)"), _counts(g), note))
-    return rows
+def _grid_rows(cells: pd.DataFrame, name: str, banner: str) -> list[Row]:
+    return [Row(name, str(scheme), int(d), int(m), "SPEC", int(g.n.max()), frozenset(), int(g.iterations_max.max()),
+                _counts(g), banner) for (scheme, d, m), g in cells.groupby(["scheme", "d", "m"])]
 
 
 def page_rows(cells_csv: Path) -> list[Row]:
     """The index's rows for one ``<stem>_cells.csv`` (empty for a page whose cells carry no verdict
     of the statistical rule, the first grid's ``agree``/``disagree``)."""
     name = cells_csv.name.removesuffix("_cells.csv")
-    note = _banner(cells_csv.with_name(name + ".md"))
+    banner = _banner(cells_csv.with_name(name + ".md"))
     if "boot_consistent" in (cells := pd.read_csv(cells_csv)).columns:
         return _probe_rows(cells_csv, name)
     if not set(cells.verdict) <= set(VERDICTS):
         return []
     if "cap_iters" in cells.columns:
-        return _cap_rows(cells, cells_csv, name, note)
-    return _grid_rows(cells, name, note)
+        return _cap_rows(cells, cells_csv, name, banner)
+    return _grid_rows(cells, name, banner)
 
 
 def _with_pooling(rows: list[Row]) -> list[Row]:
     """Each row whose trials are all in a larger page of the same (scheme, d, m, ρ, iterations)
-    says so: its verdict is on fewer of the same trials (pages kept to show what few trials give)."""
+    names it: its verdict is on fewer of the same trials (pages kept to show what few trials give)."""
     out = []
     for r in rows:
         bigger = sorted((o for o in rows if r.seeds and r.seeds < o.seeds
                          and (o.scheme, o.d, o.m, o.rho, o.iterations) == (r.scheme, r.d, r.m, r.rho, r.iterations)),
                         key=lambda o: (-len(o.seeds), o.page))
-        note = "; ".join(filter(None, [r.note] + [f"its trials are in [{o.page}]({o.page}.md)" for o in bigger[:1]]))
-        out.append(replace(r, note=note))
+        out.append(replace(r, pooled_into=bigger[0].page) if bigger else r)
     return out
 
 
-def index(folder: Path) -> str:
-    """Markdown: the table of every judged page, then the other pages by title."""
-    rows, judged = [], set()
+def collect(folder: Path) -> tuple[list[Row], set[str]]:
+    """Every judged page's rows, sorted by (d, scheme, m, ρ, page, iterations), and the pages judged."""
+    rows: list[Row] = []
     for cells_csv in sorted(folder.glob("*_cells.csv")):
-        got = page_rows(cells_csv)
-        rows += got
-        judged |= {r.page for r in got}
+        rows += page_rows(cells_csv)
     rows = _with_pooling(rows)
-    rows.sort(key=lambda r: (r.d, r.scheme, r.m, r.rho != "SPEC", r.rho, r.page, int(r.iterations.split()[0]
-                                                                                        .replace(",", ""))))
+    rows.sort(key=lambda r: (r.d, r.scheme, r.m, r.rho != "SPEC", r.rho, r.page, r.iterations))
+    return rows, {r.page for r in rows}
+
+
+def headline(rows: list[Row]) -> str:
+    """Markdown for README.md: per (scheme, d, m) at the SPEC noise level and per metric, the verdict
+    counts of the page that speaks for it with the most trials (then the most iterations)."""
+    lines = ["| scheme | d | m | " + " | ".join(f"{LABELS[k]} c/t/i (trials × iterations)" for k in METRICS)
+             + " |", "|---|---|---|---|---|---|"]
+    for key in sorted({(r.d, r.scheme, r.m) for r in rows if r.rho == "SPEC"}):
+        cells = []
+        for metric in METRICS:
+            own = [r for r in rows if (r.d, r.scheme, r.m) == key and r.rho == "SPEC" and r.counts[metric] != "–"]
+            speaking = [r for r in own if r.judges(metric)]
+            if not own:
+                cells.append("–")
+                continue
+            best = max(speaking or own, key=lambda r: (r.n_trials, r.iterations))
+            cells.append(f"[{best.counts[metric]}](docs/evidence/{best.page}.md) ({best.n_trials} × {best.iterations:,}"
+                         + (", not settled" if not speaking else "") + ")")
+        lines.append(f"| {key[1]} | {key[0]} | {key[2]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def index(folder: Path, rows: list[Row], judged: set[str]) -> str:
+    """Markdown: the table of every judged page (``collect``'s), then the other pages by title."""
     lines = ["# The evidence pages", "",
              "Generated by `python scripts/evidence_index.py` from each page's `*_cells.csv` and `*_runs.csv` (a test "
              "fails when this file is stale). Cells are counted per metric as consistent / in tension / "
@@ -153,8 +188,8 @@ def index(folder: Path) -> str:
              "", "| page | scheme | d | m | ρ | trials (seeds) | iterations | max angle c/t/i | mean angle c/t/i "
              "| nuclear norm c/t/i | note |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| [{r.page}]({r.page}.md) | {r.scheme} | {r.d} | {r.m} | {r.rho} | {r.trials} | "
-                     f"{r.iterations} | " + " | ".join(r.counts[k] for k in METRICS) + f" | {r.note} |")
+        lines.append(f"| [{r.page}]({r.page}.md) | {r.scheme} | {r.d} | {r.m} | {r.rho} | {r.trials()} | "
+                     f"{r.iterations:,} | " + " | ".join(r.counts[k] for k in METRICS) + f" | {r.note()} |")
     lines += ["", "Pages without a verdict table of that rule (methods, single questions, or an earlier rule):", ""]
     for md in sorted(folder.glob("*.md")):
         if md.stem not in judged and md.name != INDEX:
@@ -164,22 +199,42 @@ def index(folder: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def update_block(text: str, block: str) -> str:
+    """``text`` with the part between the README's markers replaced by ``block``."""
+    start, end = text.find(MARKERS[0]), text.find(MARKERS[1])
+    if start < 0 or end < start:
+        raise ValueError(f"the README lacks the markers {MARKERS[0]} … {MARKERS[1]} (in that order)")
+    return text[:start + len(MARKERS[0])] + "\n" + block + text[end:]
+
+
 def main(argv: list[str]) -> int:
+    root = Path(__file__).resolve().parents[1]
     p = argparse.ArgumentParser(prog="scripts/evidence_index.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--dir", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "evidence",
+    p.add_argument("--dir", type=Path, default=root / "docs" / "evidence",
                    help="the evidence folder (default: docs/evidence)")
-    p.add_argument("--check", action="store_true", help=f"do not write; exit 1 if {INDEX} is not what the pages give")
+    p.add_argument("--readme", type=Path, default=root / "README.md",
+                   help=f"the file whose part between {MARKERS[0]} and {MARKERS[1]} gets the per-(scheme, d, m) "
+                        "table (default: the project's README.md; 'none': leave it)")
+    p.add_argument("--check", action="store_true",
+                   help="do not write; exit 1 if either file is not what the pages give")
     args = p.parse_args(argv)
     if not args.dir.is_dir():
         p.error(f"--dir {args.dir}: not a folder")
-    text, target = index(args.dir), args.dir / INDEX
+    readme = None if str(args.readme) == "none" else args.readme
+    if readme is not None and not readme.is_file():
+        p.error(f"--readme {readme}: no such file (or 'none')")
+    rows, judged = collect(args.dir)
+    wanted = {args.dir / INDEX: index(args.dir, rows, judged)}
+    if readme is not None:
+        wanted[readme] = update_block(readme.read_text(encoding="utf-8"), headline(rows))
+    stale = [f for f, text in wanted.items() if not f.is_file() or f.read_text(encoding="utf-8") != text]
     if args.check:
-        if not target.is_file() or target.read_text(encoding="utf-8") != text:
-            print(f"{target} is stale: run python scripts/evidence_index.py", file=sys.stderr)
-            return 1
-        return 0
-    atomic_write_text(target, text)
-    print(f"wrote {target} ({text.count(chr(10))} lines)")
+        for f in stale:
+            print(f"{f} is stale: run python scripts/evidence_index.py", file=sys.stderr)
+        return 1 if stale else 0
+    for f in stale:
+        atomic_write_text(f, wanted[f])
+        print(f"wrote {f}")
     return 0
 
 

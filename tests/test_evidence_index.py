@@ -41,7 +41,8 @@ def _probe_page(folder: Path, name: str, moved: float) -> None:
 
 
 def test_committed_index_is_current(evidence_index):
-    """docs/evidence/README.md is what the committed pages give (regenerate it after changing a page)."""
+    """docs/evidence/README.md and the README's table are what the committed pages give (regenerate
+    them after changing a page)."""
     assert evidence_index.main(["--check"]) == 0
 
 
@@ -50,9 +51,13 @@ def test_index_counts_pooling_and_staleness(evidence_index, tmp_path, capsys):
     _cap_page(tmp_path, "pooled", [0, 1, 2], ["consistent", "consistent", "inconsistent"])
     _probe_page(tmp_path, "angles_probe", moved=0.02)
     (tmp_path / "method.md").write_text("# A method page\n", encoding="utf-8")
-    assert evidence_index.main(["--check", "--dir", str(tmp_path)]) == 1
-    assert "is stale" in capsys.readouterr().err
-    assert evidence_index.main(["--dir", str(tmp_path)]) == 0
+    readme = tmp_path.parent / f"{tmp_path.name}_readme.md"
+    readme.write_text("# top\n<!-- evidence-index:start -->\nold\n<!-- evidence-index:end -->\ntail\n",
+                      encoding="utf-8")
+    args = ["--dir", str(tmp_path), "--readme", str(readme)]
+    assert evidence_index.main(["--check", *args]) == 1
+    assert capsys.readouterr().err.count("is stale") == 2
+    assert evidence_index.main(args) == 0
     text = (tmp_path / "README.md").read_text(encoding="utf-8")
     rows = [line for line in text.splitlines() if line.startswith("| [")]
     assert len(rows) == 5  # two caps per cap page, one probe row
@@ -65,9 +70,19 @@ def test_index_counts_pooling_and_staleness(evidence_index, tmp_path, capsys):
     assert " | centred | 1024 | 25 | 2 | 3 (seeds 0–2) | 3,000 | 0/1/0 | 1/0/0 | – | " in probe
     assert "bootstrap: 1.2 of 2 consistent; **not settled** (1 angles moved > 1%" in probe
     assert "- [method](method.md): A method page" in text and "README" not in text.split("Pages without")[1]
-    assert evidence_index.main(["--check", "--dir", str(tmp_path)]) == 0
+    assert evidence_index.main(["--check", *args]) == 0
+    # the README's table: per (scheme, d, m) at ρ = SPEC the page with the most trials that is not
+    # superseded (the probe is at ρ = 2, so no row)
+    block = readme.read_text(encoding="utf-8")
+    assert block.startswith("# top\n<!-- evidence-index:start -->\n| scheme |") and block.endswith("-->\ntail\n")
+    assert "old" not in block and "angles_probe" not in block
+    assert ("| uncentred | 64 | 200 | [2/0/1](docs/evidence/pooled.md) (3 × 20,000,000) | – | "
+            "[2/0/1](docs/evidence/pooled.md) (3 × 20,000,000) |") in block
     _cap_page(tmp_path, "pooled", [0, 1, 2], ["consistent"] * 3)  # a page changed, the index not
-    assert evidence_index.main(["--check", "--dir", str(tmp_path)]) == 1
+    assert evidence_index.main(["--check", *args]) == 1
+    readme.write_text("no markers\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="lacks the markers"):
+        evidence_index.main(args)
 
 
 def test_index_refuses_unknown_verdicts_and_mixed_probes(evidence_index, tmp_path):
@@ -75,12 +90,27 @@ def test_index_refuses_unknown_verdicts_and_mixed_probes(evidence_index, tmp_pat
     cells = pd.read_csv(tmp_path / "angles_probe_cells.csv").assign(verdict="agree")
     cells.to_csv(tmp_path / "angles_probe_cells.csv", index=False)
     with pytest.raises(ValueError, match=r"verdicts \['agree'\] are not among"):
-        evidence_index.index(tmp_path)
+        evidence_index.collect(tmp_path)
     _probe_page(tmp_path, "angles_probe", moved=0.0)
     runs = pd.read_csv(tmp_path / "angles_probe_runs.csv")
     runs.loc[0, "cap"] = 30000
     runs.to_csv(tmp_path / "angles_probe_runs.csv", index=False)
     with pytest.raises(ValueError, match="more than one configuration"):
-        evidence_index.index(tmp_path)
+        evidence_index.collect(tmp_path)
     with pytest.raises(SystemExit):
         evidence_index.main(["--dir", str(tmp_path / "missing")])
+    with pytest.raises(SystemExit):
+        evidence_index.main(["--dir", str(tmp_path), "--readme", str(tmp_path / "missing.md")])
+
+
+def test_headline_prefers_settled_pages_and_says_when_none_is(evidence_index):
+    def row(page, n, iters, moved=0, banner=""):
+        return evidence_index.Row(page, "uncentred", 256, 200, "SPEC", n, frozenset(range(n)), iters,
+                                  {"max_angle_deg": "1/0/0", "mean_angle_deg": "–", "nuclear_norm": "2/0/0"},
+                                  banner=banner, moved=moved)
+    text = evidence_index.headline([row("big", 200, 3000, moved=3), row("small", 40, 30000, moved=1)])
+    assert "[1/0/0](docs/evidence/big.md) (200 × 3,000, not settled)" in text
+    text = evidence_index.headline([row("big", 200, 3000, moved=3), row("few", 5, 3000),
+                                    row("old", 300, 3000, banner="angles superseded")])
+    # "few" speaks for the angles (settled, not superseded); "old" still for the nuclear norm
+    assert "| [1/0/0](docs/evidence/few.md) (5 × 3,000) | – | [2/0/0](docs/evidence/old.md) (300 × 3,000) |" in text
