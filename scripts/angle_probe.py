@@ -361,6 +361,11 @@ def joint_table(runs: pd.DataFrame, cells: pd.DataFrame, d: int, n_draws: int = 
     return "\n".join(out) + "\n"
 
 
+def settle_changes(runs: pd.DataFrame) -> dict[str, pd.Series]:
+    """Per angle, each run's relative change from half the cap to the cap (> SETTLE_TOL: not settled)."""
+    return {a: ((runs[a] - runs[f"{a}_half"]) / runs[a]).abs() for a in ANGLES}
+
+
 def unsettled_banner(moved: list[tuple[int, int]], check_largest: float | None, cap: int) -> str:
     """A warning for the top of the page where the angles still move at the probe's cap: some run
     changed by more than SETTLE_TOL from half the cap to the cap, or differs from the longer runs
@@ -381,7 +386,7 @@ def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, s
          check: tuple[str, float] | None, pooled: str | None = None) -> str:
     cap = int(runs.cap.iloc[0])
     commits = sorted({c.removesuffix("-dirty")[:12] for cs in runs.git_commit for c in split_commits(cs)})
-    settle = {a: ((runs[a] - runs[f"{a}_half"]) / runs[a]).abs() for a in ANGLES}
+    settle = settle_changes(runs)
     moved = sorted({(int(r.seed), int(r.lambda_exp)) for a in ANGLES
                     for r in runs[settle[a] > SETTLE_TOL].itertuples()})
     dims = sorted(cells.paper_d.unique(), key=lambda x: (x != d, x))

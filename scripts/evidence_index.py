@@ -20,11 +20,11 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import angle_probe  # noqa: E402  (a sibling script, not a package)
 
+from shallowrelu.aggregate import METRICS  # noqa: E402
 from shallowrelu.datasets import DEFAULT_RHO  # noqa: E402
 from shallowrelu.io import atomic_write_text  # noqa: E402
+from shallowrelu.verdicts import VERDICTS  # noqa: E402
 
-METRICS = ("max_angle_deg", "mean_angle_deg", "nuclear_norm")
-VERDICTS = ("consistent", "tension", "inconsistent")
 LABELS = {"max_angle_deg": "max angle", "mean_angle_deg": "mean angle", "nuclear_norm": "nuclear norm"}
 INDEX = "README.md"
 MARKERS = ("<!-- evidence-index:start -->", "<!-- evidence-index:end -->")
@@ -100,17 +100,15 @@ def _banner(md: Path) -> str:
     return ""
 
 
-def _probe_rows(cells_csv: Path, name: str, banner: str) -> list[Row]:
+def _probe_rows(cells: pd.DataFrame, cells_csv: Path, name: str, banner: str) -> list[Row]:
     runs = pd.read_csv(cells_csv.with_name(name + "_runs.csv"))
     config = runs[angle_probe.CONFIG_COLS].drop_duplicates()
     if len(config) != 1:
         raise ValueError(f"{cells_csv}: its runs are of more than one configuration: {config.to_dict('records')}")
     c = config.iloc[0]
     scheme, d = str(c.scheme), int(c.d)
-    cells = pd.read_csv(cells_csv)
     cells = cells[cells.paper_d == d]
-    moved = sum(((runs[a] - runs[f"{a}_half"]) / runs[a]).abs().gt(angle_probe.SETTLE_TOL).sum()
-                for a in angle_probe.ANGLES)
+    moved = sum(change.gt(angle_probe.SETTLE_TOL).sum() for change in angle_probe.settle_changes(runs).values())
     seeds = sorted(set(runs.seed))
     return [Row(name, scheme, d, int(c.m), _rho(scheme, float(c.rho)), len(seeds), frozenset(seeds), int(c.cap),
                 _counts(cells), banner, boot=f"bootstrap: {cells.boot_consistent.sum():.1f} of {len(cells)} consistent",
@@ -136,7 +134,7 @@ def page_rows(cells_csv: Path) -> list[Row]:
     name = cells_csv.name.removesuffix("_cells.csv")
     banner = _banner(cells_csv.with_name(name + ".md"))
     if "boot_consistent" in (cells := pd.read_csv(cells_csv)).columns:
-        return _probe_rows(cells_csv, name, banner)
+        return _probe_rows(cells, cells_csv, name, banner)
     if not set(cells.verdict) <= set(VERDICTS):
         return []
     if "cap_iters" in cells.columns:
