@@ -166,7 +166,8 @@ def collect(folder: Path) -> tuple[list[Row], set[str]]:
 
 def headline(rows: list[Row]) -> str:
     """Markdown for README.md: per (scheme, d, m) at the SPEC noise level and per metric, the verdict
-    counts of the page that speaks for it with the most trials (then the most iterations)."""
+    counts of the page that speaks for it with the most trials (then the most iterations); where no
+    page has settled, of the one trained longest (then the most trials), the nearest to the cap."""
     lines = ["| scheme | d | m | " + " | ".join(f"{LABELS[k]} c/t/i (trials × iterations)" for k in METRICS)
              + " |", "|---|---|---|---|---|---|"]
     for key in sorted({(r.d, r.scheme, r.m) for r in rows if r.rho == "SPEC"}):
@@ -177,7 +178,8 @@ def headline(rows: list[Row]) -> str:
             if not own:
                 cells.append("–")
                 continue
-            best = max(speaking or own, key=lambda r: (r.n_trials, r.iterations))
+            best = (max(speaking, key=lambda r: (r.n_trials, r.iterations)) if speaking
+                    else max(own, key=lambda r: (r.iterations, r.n_trials)))
             cells.append(f"[{best.counts[metric]}](docs/evidence/{best.page}.md) ({best.n_trials} × {best.iters()}"
                          + (", not settled" if not speaking else "") + ")")
         lines.append(f"| {key[1]} | {key[0]} | {key[2]} | " + " | ".join(cells) + " |")

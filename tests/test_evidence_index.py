@@ -109,7 +109,10 @@ def test_headline_prefers_settled_pages_and_says_when_none_is(evidence_index):
                                   {"max_angle_deg": "1/0/0", "mean_angle_deg": "–", "nuclear_norm": "2/0/0"},
                                   banner=banner, moved=moved)
     text = evidence_index.headline([row("big", 200, 3000, moved=3), row("small", 40, 30000, moved=1)])
-    assert "[1/0/0](docs/evidence/big.md) (200 × 3,000, not settled)" in text
+    # none settled: the page trained longest speaks (the settling bias, not the trials, limits it)
+    assert "[1/0/0](docs/evidence/small.md) (40 × 30,000, not settled)" in text
+    text = evidence_index.headline([row("big", 200, 3000, moved=3), row("wide", 201, 3000, moved=1)])
+    assert "[1/0/0](docs/evidence/wide.md) (201 × 3,000, not settled)" in text
     text = evidence_index.headline([row("big", 200, 3000, moved=3), row("few", 5, 3000),
                                     row("old", 300, 3000, banner="angles superseded")])
     # "few" speaks for the angles (settled, not superseded); "old" still for the nuclear norm
