@@ -70,11 +70,14 @@ class Row:
             if self.moved else "",
             f"its trials are in [{self.pooled_into}]({self.pooled_into}.md)" if self.pooled_into else ""]))
 
+    def superseded(self, metric: str) -> bool:
+        """Whether the page's own banner retires it for the metric ("angles superseded" keeps the norm)."""
+        return self.banner.startswith("superseded") or (self.banner.startswith("angles superseded")
+                                                        and metric != "nuclear_norm")
+
     def judges(self, metric: str) -> bool:
         """Whether this row speaks for the metric: judged there, not superseded, settled."""
-        gone = self.banner.startswith("superseded") or (self.banner.startswith("angles superseded")
-                                                        and metric != "nuclear_norm")
-        return self.counts[metric] != "–" and not gone and not self.moved
+        return self.counts[metric] != "–" and not self.superseded(metric) and not self.moved
 
 
 def _counts(cells: pd.DataFrame) -> dict[str, str]:
@@ -167,7 +170,8 @@ def collect(folder: Path) -> tuple[list[Row], set[str]]:
 def headline(rows: list[Row]) -> str:
     """Markdown for README.md: per (scheme, d, m) at the SPEC noise level and per metric, the verdict
     counts of the page that speaks for it with the most trials (then the most iterations); where no
-    page has settled, of the one trained longest (then the most trials), the nearest to the cap."""
+    page has settled, of the current one trained longest (then the most trials), the nearest to the cap;
+    a superseded page only where no current one is judged."""
     lines = ["| scheme | d | m | " + " | ".join(f"{LABELS[k]} c/t/i (trials × iterations)" for k in METRICS)
              + " |", "|---|---|---|---|---|---|"]
     for key in sorted({(r.d, r.scheme, r.m) for r in rows if r.rho == "SPEC"}):
@@ -178,8 +182,9 @@ def headline(rows: list[Row]) -> str:
             if not own:
                 cells.append("–")
                 continue
+            current = [r for r in own if not r.superseded(metric)] or own
             best = (max(speaking, key=lambda r: (r.n_trials, r.iterations)) if speaking
-                    else max(own, key=lambda r: (r.iterations, r.n_trials)))
+                    else max(current, key=lambda r: (r.iterations, r.n_trials)))
             cells.append(f"[{best.counts[metric]}](docs/evidence/{best.page}.md) ({best.n_trials} × {best.iters()}"
                          + (", not settled" if not speaking else "") + ")")
         lines.append(f"| {key[1]} | {key[0]} | {key[2]} | " + " | ".join(cells) + " |")

@@ -117,3 +117,9 @@ def test_headline_prefers_settled_pages_and_says_when_none_is(evidence_index):
                                     row("old", 300, 3000, banner="angles superseded")])
     # "few" speaks for the angles (settled, not superseded); "old" still for the nuclear norm
     assert "| [1/0/0](docs/evidence/few.md) (5 × 3,000) | – | [2/0/0](docs/evidence/old.md) (300 × 3,000) |" in text
+    text = evidence_index.headline([row("now", 80, 3000, moved=2), row("retired", 40, 30000, moved=1,
+                                                                        banner="superseded by now")])
+    # none settled: a longer superseded page does not displace the current one
+    assert "[1/0/0](docs/evidence/now.md) (80 × 3,000, not settled)" in text
+    text = evidence_index.headline([row("retired", 40, 30000, moved=1, banner="superseded by now")])
+    assert "[1/0/0](docs/evidence/retired.md) (40 × 30,000, not settled)" in text

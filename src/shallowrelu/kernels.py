@@ -393,6 +393,7 @@ def _gram_flush(Wg, mem, gptr, gpts, slot, Q, Xg, zptr, Cb, umax, acc):  # pragm
                     continue
                 w[c] = wc + acc[c]
 
+
 @_njit
 def _uncertain_h(h_q, Xs, unc, uact, lo, hi, w, aj):  # pragma: no cover - compiled
     """A one-neuron group's uncertain points i = unc[lo:hi]: pre-activation w·x_i (strict
