@@ -22,7 +22,8 @@
 #      iteration each reached, from which benchmarks/project_grid.py projects the grid's (and the
 #      profile's GPU share's) and the two-teacher sweep's wall time and prints the gain of sharing;
 #   6. the arithmetic floor of the slices' last states (floor.json, benchmarks/step_floor.py): the
-#      operations per step each layout needs and the job's floor to the cap at the H200's peak rates.
+#      operations per step each layout needs and the job's floor to the cap at the device's data-sheet peak
+#      rates (the H200's where nvidia-smi names none that step_floor.PEAKS knows).
 # Steps 2-4 are bounded by timeouts (80 + 120 + 75 + 200 s); the slices by BUDGET_S (default 505 s
 # from the start), the floor by 45 s: call it with timeout_s = 590. Dry run on a CPU machine:
 #   DEVICE=cpu SKIP_CHECKS=1 SLICE_S=10 PYTHON=.venv/bin/python bash benchmarks/gpu_check.sh
@@ -69,7 +70,8 @@ say "== arithmetic floor of the slices' states (floor.json; benchmarks/step_floo
 CKS=$(find "$OUT/slices" -name '.checkpoint-*.pkl' -path '*_graphs/*' 2>/dev/null | sort)
 if [ -n "$CKS" ]; then
   # shellcheck disable=SC2086  # one path per word (the slices' folder names have no spaces)
-  timeout 45 "$PY" benchmarks/step_floor.py $CKS --out "$OUT/floor.json" 2>&1 | grep -v '^|' | tee -a "$LOG"
+  GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  timeout 45 "$PY" benchmarks/step_floor.py $CKS ${GPU_NAME:+--gpu "$GPU_NAME"} --out "$OUT/floor.json" 2>&1 | grep -v '^|' | tee -a "$LOG"
 fi
 rm -rf "$OUT/slices"
 "$PY" benchmarks/project_grid.py "$OUT/slices.json" 2>&1 | tee -a "$LOG"

@@ -28,9 +28,11 @@ With --time-steps K the CPU's default stack (one thread) also steps the state K 
 floor's "best" operations per second that makes are printed, against this CPU's own float64
 matrix-product rate measured in the same process: how near the CPU runs to the floor.
 
-Usage: python benchmarks/step_floor.py CHECKPOINT [CHECKPOINT ...] [--tflops F] [--tbps B]
+Usage: python benchmarks/step_floor.py CHECKPOINT [CHECKPOINT ...] [--gpu NAME] [--tflops F] [--tbps B]
        [--job-trials T] [--cap C] [--time-steps K] [--out OUT.json]
-Defaults: F = 67 (H200 float64 tensor-core peak, data sheet), B = 4.8 (H200 HBM3e), T = 5, C = 2e7.
+Defaults: F, B the data-sheet float64 tensor-core peak and memory bandwidth of --gpu NAME (the
+device's name as nvidia-smi or torch give it; PEAKS), else of the H200 (67 TFLOP/s, 4.8 TB/s);
+--tflops and --tbps override them. T = 5, C = 2e7.
 """
 
 from __future__ import annotations
@@ -123,6 +125,23 @@ def dgemm_gflops(size: int = 1024, repeats: int = 5) -> float:
     return 2.0 * size**3 / best / 1e9
 
 
+#: Data-sheet (float64 tensor-core TFLOP/s, memory TB/s) by a part of the device's name, the more
+#: specific names first: "NVIDIA H100 80GB HBM3" is the SXM part.
+PEAKS: tuple[tuple[str, float, float], ...] = (
+    ("H200 NVL", 60.0, 4.8), ("H200", 67.0, 4.8),
+    ("H100 NVL", 60.0, 3.9), ("H100 PCIe", 51.0, 2.0), ("H100", 67.0, 3.35),
+)
+DEFAULT_GPU = "H200"
+
+
+def peak_rates(gpu: str | None) -> tuple[float, float, str]:
+    """(TFLOP/s, TB/s, the PEAKS entry used) for a device name; the H200's where none matches."""
+    for part, tflops, tbps in PEAKS:
+        if gpu and part.lower() in gpu.lower():
+            return tflops, tbps, part
+    return next((f, b, part) for part, f, b in PEAKS if part == DEFAULT_GPU)
+
+
 def floor(paths: list[Path], tflops: float, tbps: float, job_trials: int, cap: int, time_steps: int = 0
           ) -> dict[str, Any]:
     """The record: per checkpoint its runs' layouts and operations, the batch's per-step floor per
@@ -200,14 +219,21 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("checkpoints", nargs="+", type=Path)
-    p.add_argument("--tflops", type=float, default=67.0)
-    p.add_argument("--tbps", type=float, default=4.8)
+    p.add_argument("--gpu", help="the device's name (nvidia-smi's); its data-sheet peaks are the defaults")
+    p.add_argument("--tflops", type=float, help="float64 peak in TFLOP/s (default: --gpu's)")
+    p.add_argument("--tbps", type=float, help="memory bandwidth in TB/s (default: --gpu's)")
     p.add_argument("--job-trials", type=int, default=5)
     p.add_argument("--cap", type=float, default=2e7)
     p.add_argument("--time-steps", type=int, default=0,
                    help="also time this many steps of the CPU default stack on each checkpoint's state")
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
+    tflops, tbps, part = peak_rates(a.gpu)
+    if a.gpu and part.lower() not in a.gpu.lower():
+        print(f"step_floor: no data-sheet peaks for --gpu {a.gpu!r} (known: {', '.join(x[0] for x in PEAKS)}); "
+              f"using the {part}'s", file=sys.stderr)
+    a.tflops = tflops if a.tflops is None else a.tflops
+    a.tbps = tbps if a.tbps is None else a.tbps
     for name in ("tflops", "tbps", "job_trials", "cap"):
         if not getattr(a, name) > 0:
             p.error(f"--{name.replace('_', '-')} must be > 0, got {getattr(a, name)}")
@@ -221,7 +247,7 @@ def main(argv: list[str]) -> int:
     rec = floor(a.checkpoints, a.tflops, a.tbps, a.job_trials, int(a.cap), a.time_steps)
     report(rec)
     if a.out:
-        atomic_write_json(a.out, {**rec, "provenance": provenance("cpu")})
+        atomic_write_json(a.out, {**rec, "gpu": a.gpu, "peaks_of": part, "provenance": provenance("cpu")})
     return 0
 
 

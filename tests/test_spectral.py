@@ -223,6 +223,14 @@ def test_step_floor_script(late_state, tmp_path, capsys):
     assert not all(eligible) and "spectral" not in c["floor"]  # a formulation of the whole batch only
     assert c["cpu"]["seconds_per_step"] > 0 and c["cpu"]["share_of_dgemm"] > 0 and rec["cpu_dgemm_gflops"] > 0
     assert "FLOOR" in capsys.readouterr().out
+    assert (rec["gpu"], rec["peaks_of"]) == (None, "H200")
+    assert mod.peak_rates("NVIDIA H100 80GB HBM3") == (67.0, 3.35, "H100")  # the SXM part
+    assert mod.peak_rates("NVIDIA H100 PCIe")[:2] == (51.0, 2.0) and mod.peak_rates("NVIDIA H200")[2] == "H200"
+    assert mod.main([str(ck), "--gpu", "NVIDIA H100 PCIe", "--tbps", "1.5", "--out", str(tmp_path / "f2.json")]) == 0
+    rec2 = json.loads((tmp_path / "f2.json").read_text())
+    assert (rec2["peak_tflops"], rec2["peak_tbps"], rec2["peaks_of"]) == (51.0, 1.5, "H100 PCIe")
+    assert mod.main([str(ck), "--gpu", "Tesla T4", "--out", str(tmp_path / "f3.json")]) == 0
+    assert "no data-sheet peaks for --gpu 'Tesla T4'" in capsys.readouterr().err
     for bad, why in ((["--tflops", "0"], "--tflops must be > 0"), (["--time-steps", "-1"], "--time-steps"),
                      ([], "no such checkpoint")):
         with pytest.raises(SystemExit):
