@@ -1,6 +1,7 @@
 """The GPU session's scripts (benchmarks/gpu_check.sh and the Python it calls) work before a device
-is lent: the projection's arithmetic on made-up slices, one real slice on the CPU, the shell
-script's syntax. A broken script would waste the session's few minutes of device time."""
+is lent: the projection's arithmetic on made-up slices, one real slice on the CPU, the fused stepper's
+sweep at a tiny size, the shell script's syntax. A broken script would waste the session's few
+minutes of device time."""
 
 from __future__ import annotations
 
@@ -151,3 +152,27 @@ def test_gpu_check_script_parses():
     for script in ("fused_sweep.py", "gpu_slices.py", "project_grid.py"):
         assert subprocess.run([sys.executable, str(REPO / "benchmarks" / script), "--help"], capture_output=True,
                               env={"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"}).returncode == 0
+
+
+def test_fused_sweep_writes_its_record_on_the_cpu(tmp_path):
+    """benchmarks/fused_sweep.py end to end at a tiny size (the fused kernel in Triton's CPU
+    interpreter): one row per variant with its rate, and every fused variant's state after the
+    timed steps equal to the CUDA-graph (here: plain) dense stepper's up to rounding."""
+    from shallowrelu.steppers import fused
+
+    if not fused.available():
+        pytest.skip("Triton is not installed")
+    out = tmp_path / "fused-sweep.json"
+    env = {"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin", "TRITON_INTERPRET": "1"}
+    res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "fused_sweep.py"), "--device", "cpu",
+                          "--dims", "4", "--m", "20", "--seeds", "1", "--lambda-exps", "0", "-6", "--steps", "32",
+                          "--repeats", "1", "--warps", "4", "--out", str(out)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rec = json.loads(out.read_text())
+    assert rec["device"] == "cpu" and rec["steps"] == 32
+    rates = {r["variant"]: r for r in rec["rows"] if "steps_per_s" in r}
+    assert set(rates) == {"graphs", "fused dot=1 warps=4", "fused dot=0 warps=4"}
+    assert all(r["error"] is None and r["steps_per_s"] > 0 and r["runs"] == 2 for r in rates.values())
+    diffs = [r["max_rel_diff_W_vs_graphs"] for r in rec["rows"] if "max_rel_diff_W_vs_graphs" in r]
+    assert len(diffs) == 2 and max(diffs) < 1e-12
