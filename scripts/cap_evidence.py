@@ -223,6 +223,17 @@ def _fmt(x: float) -> str:
     return "–" if not np.isfinite(x) else f"{x:.4g}"
 
 
+def lambda_coverage(runs: pd.DataFrame) -> str:
+    """How many λ each trial holds: "16 λ each", or for pooled pages whose added trials hold only
+    some λ, the trials per λ ("24 trials at λ = 4^2, …; 76 at λ = 4^-1, 4^-2, 4^-3")."""
+    per_lam = runs.groupby("lambda_exp").seed.nunique()
+    if per_lam.nunique() == 1:
+        return f"{len(per_lam)} λ each"
+    groups = [(n, sorted(lams.index, reverse=True)) for n, lams in per_lam.groupby(per_lam)]
+    return "not every trial at every λ: " + "; ".join(
+        f"{n} trials at λ = " + ", ".join(f"4^{lam}" for lam in lams) for n, lams in groups)
+
+
 def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, low_cap: int,
          used: list[int], skipped: list[int], check: str, scan: str = "") -> str:
     cap = int(runs.cap.iloc[0])
@@ -230,7 +241,9 @@ def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, l
              for k, col in ((f"{low_cap:,}", "stop_reason_low"), (f"{cap:,}", "stop_reason"))}
     commits = sorted({c.removesuffix("-dirty")[:12] for cs in runs.git_commit for c in split_commits(cs)})
     wall = runs.groupby("seed").wall_time_s.max()
-    out = [f"Trials: {len(used)} (seeds {', '.join(map(str, used))}), {runs.lambda_exp.nunique()} λ each, "
+    per_lam = runs.groupby("lambda_exp").seed.nunique()
+    mixed, fewest = per_lam.nunique() > 1, int(per_lam.min())
+    out = [f"Trials: {len(used)} (seeds {', '.join(map(str, used))}), {lambda_coverage(runs)}, "
            f"trained to {cap:,} iterations (`authors` convention, float64, CPU, one thread per training "
            f"process; {wall.min() / 60:.0f}–{wall.max() / 60:.0f} min of the process's wall time until a "
            f"trial's last run stopped, shared by the trials of one process); the same runs read at {low_cap:,} "
@@ -248,10 +261,10 @@ def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, l
     for name, _ in METRICS:
         out.append(f"| {name} | {labels[name]} | {verdicts.loc[name, 'low']}/{n_cells[name]} | "
                    f"{verdicts.loc[name, 'high']}/{n_cells[name]} |")
-    if len(used) < RECOMMENDED_TRIALS:
-        out += ["", f"With {len(used)} trials the distribution of a five-trial median and std rests on few values "
-                f"(at 5, on one): these verdicts are weak; {RECOMMENDED_TRIALS} trials or more are recommended "
-                "(shallowrelu.verdicts)."]
+    if fewest < RECOMMENDED_TRIALS:
+        out += ["", f"With {fewest} trials{' (at some λ)' if mixed else ''} the distribution of a five-trial median "
+                f"and std rests on few values (at 5, on one): these verdicts are weak; {RECOMMENDED_TRIALS} trials or "
+                "more are recommended (shallowrelu.verdicts)."]
     if scan:
         out += ["", scan.rstrip("\n")]
     out += ["", "Per cell: our median over all trials, [5 %, 95 %] of the median of five of them, the same for "
@@ -266,7 +279,8 @@ def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, l
             lo, hi = (sub[(sub.lambda_exp == lam) & (sub.cap == c)].iloc[0] for c in ("low", "high"))
             grp = runs[runs.lambda_exp == lam]
             change = float(((grp[name] - grp[f"{name}_low"]) / grp[f"{name}_low"].abs()).median())
-            cols = [f"4^{lam}", f"{_fmt(lo.paper_median)} ({_fmt(lo.paper_std)})"]
+            cols = [f"4^{lam}" + (f" ({per_lam[lam]} trials)" if mixed else ""),
+                    f"{_fmt(lo.paper_median)} ({_fmt(lo.paper_std)})"]
             for c in (lo, hi):
                 cols += [f"{_fmt(c['median'])} [{_fmt(c.median5_q05)}, {_fmt(c.median5_q95)}], "
                          f"std [{_fmt(c.std5_q05)}, {_fmt(c.std5_q95)}]", str(c.verdict)]

@@ -56,12 +56,22 @@ class Row:
     moved: int = 0  # angles that moved > SETTLE_TOL over the probe's last half (not settled)
     pooled_into: str = ""  # a larger page holding all this one's trials
     capped: bool = True  # False: no run reached the cap, so ``iterations`` is the longest run's
+    fewest: int = 0  # the fewest trials of any cell, where fewer than n_trials (a pooled page whose added
+    #                  trials hold only some λ); 0: every cell has n_trials
+
+    def n_cell(self) -> int:
+        """The fewest trials behind one of the page's cells."""
+        return self.fewest or self.n_trials
+
+    def n_text(self) -> str:
+        """The trials as the tables show them: ``24–76`` where the cells hold different numbers."""
+        return f"{self.fewest}–{self.n_trials}" if self.fewest else str(self.n_trials)
 
     def iters(self) -> str:
         return f"{self.iterations:,}" if self.capped else f"≤ {self.iterations:,} (longest run; none capped)"
 
     def trials(self) -> str:
-        return f"{self.n_trials} ({angle_probe._seed_ranges(sorted(self.seeds))})" if self.seeds else str(self.n_trials)
+        return f"{self.n_text()} ({angle_probe._seed_ranges(sorted(self.seeds))})" if self.seeds else self.n_text()
 
     def note(self) -> str:
         return "; ".join(filter(None, [
@@ -121,8 +131,9 @@ def _probe_rows(cells: pd.DataFrame, cells_csv: Path, name: str, banner: str) ->
 def _cap_rows(cells: pd.DataFrame, cells_csv: Path, name: str, banner: str) -> list[Row]:
     seeds = frozenset(pd.read_csv(cells_csv.with_name(name + "_runs.csv")).seed)
     (scheme, d, m), = cells[["scheme", "d", "m"]].drop_duplicates().itertuples(index=False)
+    fewest = int(cells.n.min()) if "n" in cells.columns else len(seeds)
     return [Row(name, scheme, int(d), int(m), "SPEC", len(seeds), seeds, int(at.cap_iters.iloc[0]), _counts(at),
-                banner) for _, at in cells.groupby("cap")]
+                banner, fewest=fewest if fewest < len(seeds) else 0) for _, at in cells.groupby("cap")]
 
 
 def _grid_rows(cells: pd.DataFrame, name: str, banner: str) -> list[Row]:
@@ -169,7 +180,8 @@ def collect(folder: Path) -> tuple[list[Row], set[str]]:
 
 def headline(rows: list[Row]) -> str:
     """Markdown for README.md: per (scheme, d, m) at the SPEC noise level and per metric, the verdict
-    counts of the page that speaks for it with the most trials (then the most iterations); where no
+    counts of the page that speaks for it with the most trials in its thinnest cell (then in all, then
+    the most iterations); where no
     page has settled, of the current one trained longest (then the most trials), the nearest to the cap;
     a superseded page only where no current one is judged."""
     lines = ["| scheme | d | m | " + " | ".join(f"{LABELS[k]} c/t/i (trials × iterations)" for k in METRICS)
@@ -183,9 +195,9 @@ def headline(rows: list[Row]) -> str:
                 cells.append("–")
                 continue
             current = [r for r in own if not r.superseded(metric)] or own
-            best = (max(speaking, key=lambda r: (r.n_trials, r.iterations)) if speaking
-                    else max(current, key=lambda r: (r.iterations, r.n_trials)))
-            cells.append(f"[{best.counts[metric]}](docs/evidence/{best.page}.md) ({best.n_trials} × {best.iters()}"
+            best = (max(speaking, key=lambda r: (r.n_cell(), r.n_trials, r.iterations)) if speaking
+                    else max(current, key=lambda r: (r.iterations, r.n_cell(), r.n_trials)))
+            cells.append(f"[{best.counts[metric]}](docs/evidence/{best.page}.md) ({best.n_text()} × {best.iters()}"
                          + (", not settled" if not speaking else "") + ")")
         lines.append(f"| {key[1]} | {key[0]} | {key[2]} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -19,8 +19,12 @@ def evidence_index(monkeypatch):
     return evidence_index
 
 
-def _cap_page(folder: Path, name: str, seeds: list[int], verdicts: list[str], banner: str = "") -> None:
-    rows = [dict(scheme="uncentred", d=64, m=200, metric=metric, lambda_exp=-k, verdict=v, cap=cap, cap_iters=iters)
+def _cap_page(folder: Path, name: str, seeds: list[int], verdicts: list[str], banner: str = "",
+              n: list[int] | None = None) -> None:
+    """A cap page's CSVs; ``n``: the trials of each λ's cells (a pooled page's added trials at some λ)."""
+    n = n or [len(seeds)] * len(verdicts)
+    rows = [dict(scheme="uncentred", d=64, m=200, metric=metric, lambda_exp=-k, verdict=v, cap=cap, cap_iters=iters,
+                 n=n[k])
             for cap, iters in (("low", 2_000_000), ("high", 20_000_000))
             for metric in ("max_angle_deg", "nuclear_norm") for k, v in enumerate(verdicts)]
     pd.DataFrame(rows).to_csv(folder / f"{name}_cells.csv", index=False)
@@ -83,6 +87,22 @@ def test_index_counts_pooling_and_staleness(evidence_index, tmp_path, capsys):
     readme.write_text("no markers\n", encoding="utf-8")
     with pytest.raises(ValueError, match="lacks the markers"):
         evidence_index.main(args)
+
+
+def test_a_pooled_page_with_more_trials_at_some_lambda(evidence_index, tmp_path):
+    """A page whose added trials hold only some λ shows its trials as a range, is the pooled page of
+    the one it extends, and speaks in the README's table before it; a page with more trials in every
+    cell speaks before both."""
+    _cap_page(tmp_path, "first", [0, 1, 2], ["consistent", "tension", "consistent"])
+    _cap_page(tmp_path, "pooled", list(range(8)), ["consistent", "consistent", "consistent"], n=[3, 8, 3])
+    rows, _ = evidence_index.collect(tmp_path)
+    first, pooled = (next(r for r in rows if r.page == name and r.iterations == 20_000_000)
+                     for name in ("first", "pooled"))
+    assert pooled.trials() == "3–8 (seeds 0–7)" and pooled.n_cell() == 3 and first.pooled_into == "pooled"
+    assert "[3/0/0](docs/evidence/pooled.md) (3–8 × 20,000,000)" in evidence_index.headline(rows)
+    _cap_page(tmp_path, "wide", list(range(10, 14)), ["tension"] * 3)
+    rows, _ = evidence_index.collect(tmp_path)
+    assert "[0/3/0](docs/evidence/wide.md) (4 × 20,000,000)" in evidence_index.headline(rows)
 
 
 def test_index_refuses_unknown_verdicts_and_mixed_probes(evidence_index, tmp_path):

@@ -306,6 +306,20 @@ def test_cap_pool(cap_roots, tmp_path, monkeypatch, capsys):
     cols = ["metric", "lambda_exp", "cap", "cap_iters", "median", "median5_q05", "median5_q95", "median_verdict",
             "std_verdict", "verdict"]
     pd.testing.assert_frame_equal(pooled[cols], whole[cols])
+    # added trials at some λ only (seeds 3–5 at λ = 4^-8): each cell judged on the trials it has
+    dst = tmp_path / "c" / "uncentred" / "d4" / "m200"
+    for s in range(3, 6):
+        (dst / f"seed{s}").mkdir(parents=True)
+        for f in ("lamm8.json", "lamm8.npz", "trial.npz"):
+            (dst / f"seed{s}" / f).symlink_to(src / f"seed{s}" / f)
+    assert _cap_page(monkeypatch, capsys, tmp_path / "c", "uncentred", 4, 200, low, tmp_path / "c.md")[0] == 0
+    code, out = run(tmp_path / "a.md", tmp_path / "c.md", tmp_path / "mixed.md")
+    assert code == 0 and "not every trial at every λ: 3 trials at λ = 4^0; 6 trials at λ = 4^-8" in out
+    assert "| 4^-8 (6 trials) |" in out and "With 3 trials (at some λ)" in out
+    mixed = pd.read_csv(tmp_path / "mixed_cells.csv")
+    assert set(zip(mixed.lambda_exp, mixed.n)) == {(0, 3), (-8, 6)}
+    pd.testing.assert_frame_equal(mixed[mixed.lambda_exp == -8][cols].reset_index(drop=True),
+                                  whole[whole.lambda_exp == -8][cols].reset_index(drop=True))
     with pytest.raises(ValueError, match="more than one page"):
         run(tmp_path / "a.md", tmp_path / "a.md", tmp_path / "x.md")
     cells = pd.read_csv(tmp_path / "b_cells.csv")
