@@ -10,7 +10,8 @@ evidence grid's ``*_cells.csv`` at LOW_CAP on the same seeds, e.g.
 docs/evidence/grid_d4_d16_d64_cap2e6_cells.csv), how far the medians read here are from that
 grid's, cell by cell. ``--scan CAP...`` adds the consistent cells with the runs read at other caps,
 ``--scan-targets T...`` as if each run had stopped at the loss target T (the first logging point
-whose mean r² is below T): how the verdicts move with the stopping rule.
+whose mean r² is below T): how the verdicts move with the stopping rule. ``--boot N`` adds how
+firm the verdicts at the high cap are over N bootstrap resamples of the trials.
 
 Every cell's verdict is ``verdicts.sampling_verdicts``'s (docs/report.md): where the paper's
 median and std fall in the sampling distribution of the median and std of five of our trials.
@@ -19,7 +20,7 @@ Every number comes from the runs' files.
 
     python scripts/cap_evidence.py ROOT SCHEME D M LOW_CAP [OUT.md] [--low-root LOW_ROOT]
                                    [--grid-cells GRID_CELLS] [--scan CAP...]
-                                   [--scan-targets T...]
+                                   [--scan-targets T...] [--boot N]
 
 Beside OUT.md it writes ``<stem>_cells.csv`` (every cell, both caps) and ``<stem>_runs.csv``
 (every run's metrics at both caps).
@@ -37,7 +38,7 @@ import pandas as pd
 
 from shallowrelu.aggregate import load_reference, load_runs, split_commits
 from shallowrelu.io import atomic_write_text, parse_lambda_tag
-from shallowrelu.verdicts import RECOMMENDED_TRIALS, sampling_verdicts
+from shallowrelu.verdicts import MIN_TRIALS, PAPER_TRIALS, RECOMMENDED_TRIALS, VERDICTS, bootstrap_p, sampling_verdicts
 
 METRICS = [("max_angle_deg", "max_angle_pos_deg"), ("mean_angle_deg", "mean_angle_pos_deg"),
            ("nuclear_norm", "nuclear_norm")]
@@ -289,6 +290,39 @@ def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, l
     return "\n".join(out)
 
 
+def firmness(runs: pd.DataFrame, cells: pd.DataFrame, n_boot: int) -> str:
+    """The page's section on how firm the verdicts at the high cap are: the trials resampled with
+    replacement ``n_boot`` times (a trial's runs together; where trials hold different λ, the λ with
+    the same trials resampled together), every cell judged again (``verdicts.bootstrap_p``): the
+    5–95 % range of each p and the share of resamples per verdict."""
+    high = cells[cells.cap == "high"].reset_index(drop=True)
+    seeds_of = runs.groupby("lambda_exp").seed.apply(lambda s: tuple(sorted(s)))
+    rows: dict[int, str] = {}
+    for seeds, lams in seeds_of.groupby(seeds_of):
+        part = high[high.lambda_exp.isin(lams.index)]
+        if len(seeds) < max(MIN_TRIALS, PAPER_TRIALS):  # no verdict to resample
+            rows.update({i: f"| {r.metric} | 4^{r.lambda_exp} | {len(seeds)} | – | – | {r.verdict} | – |"
+                         for i, r in part.iterrows()})
+            continue
+        wide = {name: runs.pivot(index="seed", columns="lambda_exp", values=name).loc[list(seeds)]
+                for name, _ in METRICS}
+        values = np.stack([wide[r.metric][r.lambda_exp].to_numpy(float) for r in part.itertuples()])
+        boot = bootstrap_p(values, part.paper_median.to_numpy(float), part.paper_std.to_numpy(float), n_boot)
+        q = {col: np.quantile(boot[col], [0.05, 0.95], axis=0) for col in ("median_p", "std_p")}
+        for j, (i, r) in enumerate(part.iterrows()):
+            shares = " / ".join(f"{(boot['verdict'][:, j] == v).mean():.0%}" for v in VERDICTS)
+            rows[i] = (f"| {r.metric} | 4^{r.lambda_exp} | {len(seeds)} | {r.median_p:.2g} "
+                       f"[{q['median_p'][0, j]:.2g}, {q['median_p'][1, j]:.2g}] | {r.std_p:.2g} "
+                       f"[{q['std_p'][0, j]:.2g}, {q['std_p'][1, j]:.2g}] | {r.verdict} | {shares} |")
+    cap = int(runs.cap.iloc[0])
+    return "\n".join([f"How firm the verdicts at {cap:,} are: our trials resampled with replacement {n_boot} times "
+                      "(a trial's runs together), every cell judged again: the 5–95 % range of each p and the share "
+                      "of resamples per verdict (consistent / tension / inconsistent). They measure how much a verdict "
+                      "rests on a few trials, not the probability that it is right.", "",
+                      "| metric | λ | trials | p median [5–95 %] | p std [5–95 %] | verdict | resamples c / t / i |",
+                      "|---|---|---|---|---|---|---|"] + [rows[i] for i in sorted(rows)]) + "\n"
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="scripts/cap_evidence.py", description=__doc__.split("\n\n")[0])
     p.add_argument("root", type=Path)
@@ -304,7 +338,11 @@ def main(argv: list[str]) -> int:
                    help="also count the consistent cells with the runs read at each of these caps")
     p.add_argument("--scan-targets", type=float, nargs="+", default=[], metavar="T",
                    help="... and as if each run had stopped at the loss target T (mean r² below T)")
+    p.add_argument("--boot", type=int, default=0, metavar="N",
+                   help="add how firm the verdicts at the high cap are over N bootstrap resamples of the trials")
     args = p.parse_args(argv)
+    if args.boot < 0:
+        p.error(f"--boot {args.boot}: must be 0 (none) or a number of resamples")
     paths, used, skipped = complete_trials(args.root, args.scheme, args.d, args.m)
     runs = runs_at_caps(paths, args.low_cap)
     cells = judge(runs, load_reference(REFERENCE), args.scheme, args.d, args.m)
@@ -319,6 +357,8 @@ def main(argv: list[str]) -> int:
     scan = (cap_scan(paths, runs, args.scan, args.scan_targets, load_reference(REFERENCE), args.scheme, args.d,
                      args.m) if args.scan or args.scan_targets else "")
     text = page(runs, cells, args.scheme, args.d, args.m, args.low_cap, used, skipped, check, scan)
+    if args.boot:
+        text += "\n" + firmness(runs, cells, args.boot)
     print(text, end="")
     if args.out:
         cap = int(runs.cap.iloc[0])

@@ -4,7 +4,7 @@ tails (docs/reproduction.md, "Twenty trials are not enough for the tails either"
 page's ``<stem>_runs.csv`` (every run's metrics at both caps) and ``<stem>_cells.csv`` (its scheme,
 d, m and caps); refuses pages that differ in those or share a seed.
 
-    python scripts/cap_pool.py PAGE.md PAGE.md... OUT.md
+    python scripts/cap_pool.py PAGE.md PAGE.md... OUT.md [--boot N]
 
 Writes OUT.md, ``<stem>_cells.csv`` and ``<stem>_runs.csv`` as cap_evidence.py does.
 """
@@ -50,7 +50,11 @@ def load_pages(pages: list[Path]) -> tuple[pd.DataFrame, tuple[str, int, int, in
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="scripts/cap_pool.py", description=__doc__.split("\n\n")[0])
     p.add_argument("pages", type=Path, nargs="+", help="pages of scripts/cap_evidence.py, then OUT.md")
+    p.add_argument("--boot", type=int, default=0, metavar="N",
+                   help="add how firm the verdicts at the high cap are over N bootstrap resamples of the trials")
     args = p.parse_args(argv)
+    if args.boot < 0:
+        p.error(f"--boot {args.boot}: must be 0 (none) or a number of resamples")
     if len(args.pages) < 3:
         p.error("give at least two pages and OUT.md")
     *pages, out = args.pages
@@ -62,6 +66,8 @@ def main(argv: list[str]) -> int:
     pooled = "Pooled from " + "; ".join(f"{page} (seeds {s[0]}–{s[-1]}, {len(s)} trials)" if s == list(
         range(s[0], s[-1] + 1)) else f"{page} (seeds {', '.join(map(str, s))})" for page, s in seeds.items()) + "."
     text = cap_evidence.page(runs, cells, scheme, d, m, low_cap, sorted(runs.seed.unique()), [], pooled)
+    if args.boot:
+        text += "\n" + cap_evidence.firmness(runs, cells, args.boot)
     print(text, end="")
     cap_evidence.write_page(out, f"{scheme} d = {d}, m = {m}, {low_cap:,} against {cap:,} iterations, pooled pages",
                             f"scripts/cap_pool.py {' '.join(argv)}", text, cells, runs)

@@ -313,8 +313,15 @@ def test_cap_pool(cap_roots, tmp_path, monkeypatch, capsys):
         for f in ("lamm8.json", "lamm8.npz", "trial.npz"):
             (dst / f"seed{s}" / f).symlink_to(src / f"seed{s}" / f)
     assert _cap_page(monkeypatch, capsys, tmp_path / "c", "uncentred", 4, 200, low, tmp_path / "c.md")[0] == 0
-    code, out = run(tmp_path / "a.md", tmp_path / "c.md", tmp_path / "mixed.md")
+    code, out = run(tmp_path / "a.md", tmp_path / "c.md", tmp_path / "mixed.md", "--boot", "20")
     assert code == 0 and "not every trial at every λ: 3 trials at λ = 4^0; 6 trials at λ = 4^-8" in out
+    # the bootstrap resamples the trials each λ has: 3 at λ = 4^0 (its cells), 6 at 4^-8
+    firm = [line.strip("| ").split(" | ") for line in out.split("How firm the verdicts at 1,000 are")[1].splitlines()
+            if line.startswith("| ")][1:]
+    assert [f[:2] for f in firm] == [[k, n] for k in ("max_angle_deg", "mean_angle_deg", "nuclear_norm")
+                                     for n in ("4^0", "4^-8")]
+    assert [f[2] for f in firm] == ["3", "6"] * 3
+    assert all((f[-1] == "–") == (f[1] == "4^0") for f in firm)  # 3 trials: no verdict to resample
     assert "| 4^-8 (6 trials) |" in out and "With 3 trials (at some λ)" in out
     mixed = pd.read_csv(tmp_path / "mixed_cells.csv")
     assert set(zip(mixed.lambda_exp, mixed.n)) == {(0, 3), (-8, 6)}
