@@ -226,7 +226,7 @@ def _fmt(x: float) -> str:
 
 def lambda_coverage(runs: pd.DataFrame) -> str:
     """How many λ each trial holds: "16 λ each", or for pooled pages whose added trials hold only
-    some λ, the trials per λ ("24 trials at λ = 4^2, …; 76 at λ = 4^-1, 4^-2, 4^-3")."""
+    some λ, the trials per λ ("not every trial at every λ: 24 trials at λ = 4^2, …; 76 trials at …")."""
     per_lam = runs.groupby("lambda_exp").seed.nunique()
     if per_lam.nunique() == 1:
         return f"{len(per_lam)} λ each"
