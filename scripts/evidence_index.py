@@ -182,7 +182,7 @@ def collect(folder: Path) -> tuple[list[Row], set[str]]:
 def headline(rows: list[Row]) -> str:
     """Markdown for README.md: per (scheme, d, m) at the SPEC noise level and per metric, the verdict
     counts of the page that speaks for it with the most trials in its thinnest cell (then in all, then
-    the most iterations); where no
+    the most iterations), a page whose trials are all in a pooled one not counted; where no
     page has settled, of the current one trained longest (then the most trials), the nearest to the cap;
     a superseded page only where no current one is judged."""
     lines = ["| scheme | d | m | " + " | ".join(f"{LABELS[k]} c/t/i (trials × iterations)" for k in METRICS)
@@ -192,6 +192,7 @@ def headline(rows: list[Row]) -> str:
         for metric in METRICS:
             own = [r for r in rows if (r.d, r.scheme, r.m) == key and r.rho == "SPEC" and r.counts[metric] != "–"]
             speaking = [r for r in own if r.judges(metric)]
+            speaking = [r for r in speaking if not r.pooled_into] or speaking  # a pooled page speaks for its parts
             if not own:
                 cells.append("–")
                 continue

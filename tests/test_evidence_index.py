@@ -100,6 +100,10 @@ def test_a_pooled_page_with_more_trials_at_some_lambda(evidence_index, tmp_path)
                      for name in ("first", "pooled"))
     assert pooled.trials() == "3–8 (seeds 0–7)" and pooled.n_cell() == 3 and first.pooled_into == "pooled"
     assert "[3/0/0](docs/evidence/pooled.md) (3–8 × 20,000,000)" in evidence_index.headline(rows)
+    _cap_page(tmp_path, "added", list(range(3, 8)), ["consistent"])  # the added trials' own page, one λ
+    rows, _ = evidence_index.collect(tmp_path)
+    assert next(r for r in rows if r.page == "added").pooled_into == "pooled"
+    assert "[3/0/0](docs/evidence/pooled.md) (3–8 × 20,000,000)" in evidence_index.headline(rows)
     _cap_page(tmp_path, "wide", list(range(10, 14)), ["tension"] * 3)
     rows, _ = evidence_index.collect(tmp_path)
     assert "[0/3/0](docs/evidence/wide.md) (4 × 20,000,000)" in evidence_index.headline(rows)
