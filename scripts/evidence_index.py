@@ -59,6 +59,7 @@ class Row:
     capped: bool = True  # False: no run reached the cap, so ``iterations`` is the longest run's
     fewest: int = 0  # the fewest trials of any cell, where fewer than n_trials (a pooled page whose added
     #                  trials hold only some λ); 0: every cell has n_trials
+    most: int = 0  # then the most trials of any cell (fewer than n_trials where no λ has every trial)
 
     def n_cell(self) -> int:
         """The fewest trials behind one of the page's cells."""
@@ -66,7 +67,7 @@ class Row:
 
     def n_text(self) -> str:
         """The trials as the tables show them: ``24–76`` where the cells hold different numbers."""
-        return f"{self.fewest}–{self.n_trials}" if self.fewest else str(self.n_trials)
+        return f"{self.fewest}–{self.most or self.n_trials}" if self.fewest else str(self.n_trials)
 
     def iters(self) -> str:
         return f"{self.iterations:,}" if self.capped else f"≤ {self.iterations:,} (longest run; none capped)"
@@ -132,9 +133,10 @@ def _probe_rows(cells: pd.DataFrame, cells_csv: Path, name: str, banner: str) ->
 def _cap_rows(cells: pd.DataFrame, cells_csv: Path, name: str, banner: str) -> list[Row]:
     seeds = frozenset(pd.read_csv(cells_csv.with_name(name + "_runs.csv")).seed)
     (scheme, d, m), = cells[["scheme", "d", "m"]].drop_duplicates().itertuples(index=False)
-    fewest = int(cells.n.min()) if "n" in cells.columns else len(seeds)
+    fewest, most = (int(cells.n.min()), int(cells.n.max())) if "n" in cells.columns else (len(seeds), len(seeds))
     return [Row(name, scheme, int(d), int(m), "SPEC", len(seeds), seeds, int(at.cap_iters.iloc[0]), _counts(at),
-                banner, fewest=fewest if fewest < len(seeds) else 0) for _, at in cells.groupby("cap")]
+                banner, fewest=fewest if fewest < len(seeds) else 0, most=most if fewest < len(seeds) else 0)
+            for _, at in cells.groupby("cap")]
 
 
 def _grid_rows(cells: pd.DataFrame, name: str, banner: str) -> list[Row]:

@@ -94,11 +94,12 @@ def test_a_pooled_page_with_more_trials_at_some_lambda(evidence_index, tmp_path)
     the one it extends, and speaks in the README's table before it; a page with more trials in every
     cell speaks before both."""
     _cap_page(tmp_path, "first", [0, 1, 2], ["consistent", "tension", "consistent"])
-    _cap_page(tmp_path, "pooled", list(range(8)), ["consistent", "consistent", "consistent"], n=[3, 8, 3])
+    _cap_page(tmp_path, "pooled", list(range(10)), ["consistent", "consistent", "consistent"], n=[3, 8, 5])
     rows, _ = evidence_index.collect(tmp_path)
     first, pooled = (next(r for r in rows if r.page == name and r.iterations == 20_000_000)
                      for name in ("first", "pooled"))
-    assert pooled.trials() == "3–8 (seeds 0–7)" and pooled.n_cell() == 3 and first.pooled_into == "pooled"
+    # seeds 8, 9 hold only the third λ: the range is of the cells' trials, not of the seeds
+    assert pooled.trials() == "3–8 (seeds 0–9)" and pooled.n_cell() == 3 and first.pooled_into == "pooled"
     assert "[3/0/0](docs/evidence/pooled.md) (3–8 × 20,000,000)" in evidence_index.headline(rows)
     _cap_page(tmp_path, "added", list(range(3, 8)), ["consistent"])  # the added trials' own page, one λ
     rows, _ = evidence_index.collect(tmp_path)
