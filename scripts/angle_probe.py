@@ -49,7 +49,7 @@ import cap_evidence  # noqa: E402  (a sibling script, not a package)
 from shallowrelu.aggregate import load_reference, load_runs, split_commits  # noqa: E402
 from shallowrelu.io import atomic_write_text, parse_lambda_tag  # noqa: E402
 from shallowrelu.metrics import init_activity_counts, init_groups, straggler_count  # noqa: E402
-from shallowrelu.verdicts import MIN_TRIALS, VerdictConfig, bootstrap_p, sampling_verdicts, subsets  # noqa: E402
+from shallowrelu.verdicts import MIN_TRIALS, VerdictConfig, bootstrap_summary, sampling_verdicts, subsets  # noqa: E402
 
 ANGLES = ("max_angle_deg", "mean_angle_deg")
 SCHEMES = ("centred", "uncentred")
@@ -212,13 +212,8 @@ def firmness(runs: pd.DataFrame, cells: pd.DataFrame, n_boot: int = N_BOOT) -> p
     seeds = sorted(set(runs.seed))
     wide = {a: runs.pivot(index="seed", columns="lambda_exp", values=a).loc[seeds] for a in ANGLES}
     values = np.stack([wide[r.metric][r.lambda_exp].to_numpy(float) for r in cells.itertuples()])
-    boot = bootstrap_p(values, cells.paper_median.to_numpy(float), cells.paper_std.to_numpy(float), n_boot)
-    out = cells.copy()
-    for col in ("median_p", "std_p"):
-        out[f"{col}_q05"], out[f"{col}_q95"] = np.quantile(boot[col], [0.05, 0.95], axis=0)
-    for verdict in ("consistent", "tension", "inconsistent"):
-        out[f"boot_{verdict}"] = (boot["verdict"] == verdict).mean(axis=0)
-    return out
+    return cells.assign(**bootstrap_summary(values, cells.paper_median.to_numpy(float),
+                                            cells.paper_std.to_numpy(float), n_boot))
 
 
 def firmness_table(cells: pd.DataFrame, d: int, n_boot: int = N_BOOT) -> str:

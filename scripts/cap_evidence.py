@@ -38,7 +38,14 @@ import pandas as pd
 
 from shallowrelu.aggregate import load_reference, load_runs, split_commits
 from shallowrelu.io import atomic_write_text, parse_lambda_tag
-from shallowrelu.verdicts import MIN_TRIALS, PAPER_TRIALS, RECOMMENDED_TRIALS, VERDICTS, bootstrap_p, sampling_verdicts
+from shallowrelu.verdicts import (
+    MIN_TRIALS,
+    PAPER_TRIALS,
+    RECOMMENDED_TRIALS,
+    VERDICTS,
+    bootstrap_summary,
+    sampling_verdicts,
+)
 
 METRICS = [("max_angle_deg", "max_angle_pos_deg"), ("mean_angle_deg", "mean_angle_pos_deg"),
            ("nuclear_norm", "nuclear_norm")]
@@ -224,10 +231,9 @@ def _fmt(x: float) -> str:
     return "–" if not np.isfinite(x) else f"{x:.4g}"
 
 
-def lambda_coverage(runs: pd.DataFrame) -> str:
-    """How many λ each trial holds: "16 λ each", or for pooled pages whose added trials hold only
-    some λ, the trials per λ ("not every trial at every λ: 24 trials at λ = 4^2, …; 76 trials at …")."""
-    per_lam = runs.groupby("lambda_exp").seed.nunique()
+def lambda_coverage(per_lam: pd.Series) -> str:
+    """How many λ each trial holds, from the trials per λ: "16 λ each", or for pooled pages whose
+    added trials hold only some λ, "not every trial at every λ: 24 trials at λ = 4^2, …; 76 trials at …"."""
     if per_lam.nunique() == 1:
         return f"{len(per_lam)} λ each"
     groups = [(n, sorted(lams.index, reverse=True)) for n, lams in per_lam.groupby(per_lam)]
@@ -244,7 +250,7 @@ def page(runs: pd.DataFrame, cells: pd.DataFrame, scheme: str, d: int, m: int, l
     wall = runs.groupby("seed").wall_time_s.max()
     per_lam = runs.groupby("lambda_exp").seed.nunique()
     mixed, fewest = per_lam.nunique() > 1, int(per_lam.min())
-    out = [f"Trials: {len(used)} (seeds {', '.join(map(str, used))}), {lambda_coverage(runs)}, "
+    out = [f"Trials: {len(used)} (seeds {', '.join(map(str, used))}), {lambda_coverage(per_lam)}, "
            f"trained to {cap:,} iterations (`authors` convention, float64, CPU, one thread per training "
            f"process; {wall.min() / 60:.0f}–{wall.max() / 60:.0f} min of the process's wall time until a "
            f"trial's last run stopped, shared by the trials of one process); the same runs read at {low_cap:,} "
@@ -297,6 +303,7 @@ def firmness(runs: pd.DataFrame, cells: pd.DataFrame, n_boot: int) -> str:
     5–95 % range of each p and the share of resamples per verdict."""
     high = cells[cells.cap == "high"].reset_index(drop=True)
     seeds_of = runs.groupby("lambda_exp").seed.apply(lambda s: tuple(sorted(s)))
+    wide = {name: runs.pivot(index="seed", columns="lambda_exp", values=name) for name, _ in METRICS}
     rows: dict[int, str] = {}
     for seeds, lams in seeds_of.groupby(seeds_of):
         part = high[high.lambda_exp.isin(lams.index)]
@@ -304,16 +311,14 @@ def firmness(runs: pd.DataFrame, cells: pd.DataFrame, n_boot: int) -> str:
             rows.update({i: f"| {r.metric} | 4^{r.lambda_exp} | {len(seeds)} | – | – | {r.verdict} | – |"
                          for i, r in part.iterrows()})
             continue
-        wide = {name: runs.pivot(index="seed", columns="lambda_exp", values=name).loc[list(seeds)]
-                for name, _ in METRICS}
-        values = np.stack([wide[r.metric][r.lambda_exp].to_numpy(float) for r in part.itertuples()])
-        boot = bootstrap_p(values, part.paper_median.to_numpy(float), part.paper_std.to_numpy(float), n_boot)
-        q = {col: np.quantile(boot[col], [0.05, 0.95], axis=0) for col in ("median_p", "std_p")}
-        for j, (i, r) in enumerate(part.iterrows()):
-            shares = " / ".join(f"{(boot['verdict'][:, j] == v).mean():.0%}" for v in VERDICTS)
+        values = np.stack([wide[r.metric].loc[list(seeds), r.lambda_exp].to_numpy(float) for r in part.itertuples()])
+        part = part.assign(**bootstrap_summary(values, part.paper_median.to_numpy(float),
+                                               part.paper_std.to_numpy(float), n_boot))
+        for i, r in part.iterrows():
+            shares = " / ".join(f"{r[f'boot_{v}']:.0%}" for v in VERDICTS)
             rows[i] = (f"| {r.metric} | 4^{r.lambda_exp} | {len(seeds)} | {r.median_p:.2g} "
-                       f"[{q['median_p'][0, j]:.2g}, {q['median_p'][1, j]:.2g}] | {r.std_p:.2g} "
-                       f"[{q['std_p'][0, j]:.2g}, {q['std_p'][1, j]:.2g}] | {r.verdict} | {shares} |")
+                       f"[{r.median_p_q05:.2g}, {r.median_p_q95:.2g}] | {r.std_p:.2g} "
+                       f"[{r.std_p_q05:.2g}, {r.std_p_q95:.2g}] | {r.verdict} | {shares} |")
     cap = int(runs.cap.iloc[0])
     return "\n".join([f"How firm the verdicts at {cap:,} are: our trials resampled with replacement {n_boot} times "
                       "(a trial's runs together), every cell judged again: the 5–95 % range of each p and the share "

@@ -202,3 +202,19 @@ def test_bootstrap_p_resamples_whole_trials_and_brackets_the_p_values():
         V.bootstrap_p(values[:, :4], pm, ps)
     with pytest.raises(ValueError, match="n_boot must be >= 1, got 0"):
         V.bootstrap_p(values, pm, ps, n_boot=0)
+
+
+def test_bootstrap_summary_is_bootstrap_p_per_cell():
+    """bootstrap_summary: the 5–95 % quantiles of bootstrap_p's p values and its verdict shares per
+    cell (the shares of the three verdicts sum to one; a paper value far outside our trials is
+    inconsistent in every resample)."""
+    rng = np.random.default_rng(4)
+    x = np.exp(rng.normal(size=30))
+    values = np.stack([x, x])
+    pm, ps = np.array([np.median(x), 100 * x.max()]), np.array([np.std(x[:5], ddof=1)] * 2)
+    summary = V.bootstrap_summary(values, pm, ps, n_boot=40)
+    boot = V.bootstrap_p(values, pm, ps, n_boot=40)
+    np.testing.assert_array_equal(summary["std_p_q95"], np.quantile(boot["std_p"], 0.95, axis=0))
+    np.testing.assert_array_equal(summary["median_p_q05"], np.quantile(boot["median_p"], 0.05, axis=0))
+    np.testing.assert_allclose(sum(summary[f"boot_{v}"] for v in V.VERDICTS), 1.0)
+    assert summary["boot_inconsistent"][1] == 1.0

@@ -375,6 +375,20 @@ def bootstrap_p(values: np.ndarray, paper_median: Sequence[float], paper_std: Se
     return out
 
 
+def bootstrap_summary(values: np.ndarray, paper_median: Sequence[float], paper_std: Sequence[float],
+                      n_boot: int = 200) -> dict[str, np.ndarray]:
+    """:func:`bootstrap_p`'s resamples per cell, as the evidence pages show them: the 5–95 % range
+    of each p (``median_p_q05``, ``median_p_q95``, ``std_p_q05``, ``std_p_q95``) and the share of
+    resamples per verdict (``boot_consistent``, ``boot_tension``, ``boot_inconsistent``)."""
+    boot = bootstrap_p(values, paper_median, paper_std, n_boot)
+    out: dict[str, np.ndarray] = {}
+    for col in ("median_p", "std_p"):
+        out[f"{col}_q05"], out[f"{col}_q95"] = np.quantile(boot[col], [0.05, 0.95], axis=0)
+    for verdict in VERDICTS:
+        out[f"boot_{verdict}"] = (boot["verdict"] == verdict).mean(axis=0)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # the paper's std convention, from the tables
 
