@@ -445,19 +445,23 @@ def test_jobs_in_one_process_stop_together_on_sigterm_and_resume(tmp_path, refer
     SIGTERM makes both write their checkpoints and the process exit with status 143; the same
     command resumes both, and every file matches the uninterrupted jobs bit for bit."""
     _, ref = reference
+    # the twin runs 4x longer: the threads do not advance in step on a busy machine, and once the
+    # twin ran to its end before the signal came (CI, 2026-12-06: 25,000 iterations while the job
+    # was at 11,472), leaving one checkpoint instead of two
     twin = dict(JOB, scheme="uncentred")
+    twin_iters = 4 * MAX_ITERS
     train_trials(tmp_path / "twin_ref", twin["scheme"], twin["d"], twin["m"], twin["seeds"], twin["lambda_exps"],
-                 _cfg(checkpoint_every_s=1e9), progress=False)
+                 _cfg(checkpoint_every_s=1e9, max_iters=twin_iters), progress=False)
     ref_twin = _load_runs(tmp_path / "twin_ref")
     root = tmp_path / "jobs"
 
-    def job(scheme: str) -> str:
+    def job(scheme: str, max_iters: int) -> str:
         return (f"--scheme {scheme} --d {JOB['d']} --m {JOB['m']} --seeds {' '.join(map(str, JOB['seeds']))} "
-                f"--lambda-exps {' '.join(map(str, JOB['lambda_exps']))} --max-iters {MAX_ITERS} --n-log {N_LOG} "
+                f"--lambda-exps {' '.join(map(str, JOB['lambda_exps']))} --max-iters {max_iters} --n-log {N_LOG} "
                 f"--device cpu --checkpoint-every 1e9 --out {root}")
 
     cmd = [sys.executable, "-m", "shallowrelu", "train-jobs", "--threads", "1",
-           "--job", job("centred"), "--job", job("uncentred")]
+           "--job", job("centred", MAX_ITERS), "--job", job("uncentred", twin_iters)]
     proc = _start_and_wait(cmd, lambda: bool(_json_files(root)))
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
