@@ -240,7 +240,7 @@ def test_cli_diverged_and_dead_runs_are_written_warned_and_aggregated(tmp_path, 
     from shallowrelu.plotting import failed_runs_note
 
     note = failed_runs_note(cells)
-    assert "1 runs diverged (left out): centred d=4 m=10 λ=4^400" in note and "1 runs dead networks" in note
+    assert "1 run diverged (left out): centred d=4 m=10 λ=4^400" in note and "1 run with a dead network (kept)" in note
 
 
 def test_figures_draw_with_diverged_and_dead_runs(tmp_path):
@@ -269,7 +269,7 @@ def test_figures_draw_with_diverged_and_dead_runs(tmp_path):
     aspec = dict(figure="fig7", schemes=["centred"], dims=[4], widths=[10], seeds=[0], lambda_exps=[100, 0, -2])
     fig = plotting.angle_figure(cells, aspec, paper=False)
     notes = [t.get_text() for t in fig.texts if "diverged" in t.get_text()]
-    assert notes == ["1 runs diverged (left out): centred d=4 m=10 λ=4^100; 1 runs dead networks (kept): centred "
+    assert notes == ["1 run diverged (left out): centred d=4 m=10 λ=4^100; 1 run with a dead network (kept): centred "
                      "d=4 m=10 λ=4^-2"]
     plotting.save_figure(fig, tmp_path / "fig7", formats=("pdf",))
     plt.close(fig)

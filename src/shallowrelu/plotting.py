@@ -234,11 +234,13 @@ def failed_runs_note(cells) -> str:
         return ""
     per_cell = cells.drop_duplicates(["scheme", "d", "m", "lambda_exp"])
     parts = []
-    for col, what in (("n_diverged", "diverged (left out)"), ("n_dead", "dead networks (kept)")):
+    for col, one, many in (("n_diverged", "run diverged (left out)", "runs diverged (left out)"),
+                           ("n_dead", "run with a dead network (kept)", "runs with dead networks (kept)")):
         bad = per_cell[per_cell[col].fillna(0) > 0]
         if len(bad):
             where = ", ".join(f"{r.scheme} d={r.d} m={r.m} λ=4^{r.lambda_exp}" for r in bad.itertuples())
-            parts.append(f"{int(bad[col].sum())} runs {what}: {where}")
+            count = int(bad[col].sum())
+            parts.append(f"{count} {one if count == 1 else many}: {where}")
     return "; ".join(parts)
 
 
