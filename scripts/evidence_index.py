@@ -67,7 +67,7 @@ class Row:
 
     def n_text(self) -> str:
         """The trials as the tables show them: ``24–76`` where the cells hold different numbers."""
-        return f"{self.fewest}–{self.most or self.n_trials}" if self.fewest else str(self.n_trials)
+        return f"{self.fewest:,}–{(self.most or self.n_trials):,}" if self.fewest else f"{self.n_trials:,}"
 
     def iters(self) -> str:
         return f"{self.iterations:,}" if self.capped else f"≤ {self.iterations:,} (longest run; none capped)"
