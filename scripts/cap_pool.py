@@ -2,7 +2,8 @@
 different seeds, and judge them together: more trials where one page's are too few to show the
 tails (docs/reproduction.md, "Twenty trials are not enough for the tails either"). Reads each
 page's ``<stem>_runs.csv`` (every run's metrics at both caps) and ``<stem>_cells.csv`` (its scheme,
-d, m and caps); refuses pages that differ in those or share a seed.
+d, m and caps); refuses pages that differ in those or hold the same run (seed and λ) twice. A
+trial may be split over pages by λ: trained at some λ for one page and at others for another.
 
     python scripts/cap_pool.py PAGE.md PAGE.md... OUT.md [--boot N]
 
@@ -41,9 +42,12 @@ def load_pages(pages: list[Path]) -> tuple[pd.DataFrame, tuple[str, int, int, in
         raise ValueError("the pages must share scheme, d, m and both caps: "
                          + "; ".join(f"{p}: {k}" for p, k in keys.items()))
     runs = pd.concat(frames, ignore_index=True)
-    shared = runs.groupby("seed").page.nunique()
+    # a trial may be split over pages by λ (trained at some λ, later at others), but no run twice
+    shared = runs.groupby(["seed", "lambda_exp"]).page.nunique()
     if (shared > 1).any():
-        raise ValueError(f"seeds {sorted(shared[shared > 1].index)} are on more than one page")
+        twice = [f"seed {s} at λ = 4^{lam}" for s, lam in shared[shared > 1].index]
+        raise ValueError(f"runs on more than one page ({len(twice)}): {', '.join(twice[:10])}"
+                         + (" …" if len(twice) > 10 else ""))
     return runs, next(iter(keys.values()))
 
 

@@ -327,8 +327,20 @@ def test_cap_pool(cap_roots, tmp_path, monkeypatch, capsys):
     assert set(zip(mixed.lambda_exp, mixed.n)) == {(0, 3), (-8, 6)}
     pd.testing.assert_frame_equal(mixed[mixed.lambda_exp == -8][cols].reset_index(drop=True),
                                   whole[whole.lambda_exp == -8][cols].reset_index(drop=True))
-    with pytest.raises(ValueError, match="more than one page"):
+    with pytest.raises(ValueError, match=r"runs on more than one page \(6\): seed 0 at λ = 4\^"):
         run(tmp_path / "a.md", tmp_path / "a.md", tmp_path / "x.md")
+    with pytest.raises(ValueError, match=r"runs on more than one page \(3\): seed 3 at λ = 4\^-8, seed 4"):
+        run(tmp_path / "b.md", tmp_path / "c.md", tmp_path / "x.md")
+    # a trial split over pages by λ (seeds 3–5 at 4^-8 on c, at 4^0 on d) pools into the whole trial
+    dst = tmp_path / "d" / "uncentred" / "d4" / "m200"
+    for s in range(3, 6):
+        (dst / f"seed{s}").mkdir(parents=True)
+        for f in ("lam0.json", "lam0.npz", "trial.npz"):
+            (dst / f"seed{s}" / f).symlink_to(src / f"seed{s}" / f)
+    assert _cap_page(monkeypatch, capsys, tmp_path / "d", "uncentred", 4, 200, low, tmp_path / "d.md")[0] == 0
+    code, out = run(tmp_path / "a.md", tmp_path / "c.md", tmp_path / "d.md", tmp_path / "split.md", "--boot", "20")
+    assert code == 0 and "Trials: 6 (seeds 0, 1, 2, 3, 4, 5)" in out and "not every trial at every λ" not in out
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "split_cells.csv")[cols], whole[cols])
     cells = pd.read_csv(tmp_path / "b_cells.csv")
     cells.assign(d=16).to_csv(tmp_path / "b_cells.csv", index=False)
     with pytest.raises(ValueError, match="must share scheme, d, m and both caps"):
