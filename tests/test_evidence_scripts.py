@@ -281,7 +281,8 @@ POOL_SCRIPT = SCRIPT.parent / "cap_pool.py"
 
 def test_cap_pool(cap_roots, tmp_path, monkeypatch, capsys):
     """scripts/cap_pool.py: two pages on seeds 0–2 and 3–5 pooled judge the same cells as one page
-    of all six; pages sharing a seed or differing in (scheme, d, m, caps) refused."""
+    of all six; a trial split over pages by λ pools into the whole trial; pages holding the same run
+    (seed and λ) or differing in (scheme, d, m, caps) refused."""
     base, low = cap_roots
     src = base / "high" / "uncentred" / "d4" / "m200"
     for name, seeds in (("a", range(3)), ("b", range(3, 6))):
@@ -307,12 +308,17 @@ def test_cap_pool(cap_roots, tmp_path, monkeypatch, capsys):
             "std_verdict", "verdict"]
     pd.testing.assert_frame_equal(pooled[cols], whole[cols])
     # added trials at some λ only (seeds 3–5 at λ = 4^-8): each cell judged on the trials it has
-    dst = tmp_path / "c" / "uncentred" / "d4" / "m200"
-    for s in range(3, 6):
-        (dst / f"seed{s}").mkdir(parents=True)
-        for f in ("lamm8.json", "lamm8.npz", "trial.npz"):
-            (dst / f"seed{s}" / f).symlink_to(src / f"seed{s}" / f)
-    assert _cap_page(monkeypatch, capsys, tmp_path / "c", "uncentred", 4, 200, low, tmp_path / "c.md")[0] == 0
+    def one_lambda_page(name: str, lam_tag: str) -> None:
+        """A page of seeds 3–5 at one λ only (their runs at the other λ left out)."""
+        dst = tmp_path / name / "uncentred" / "d4" / "m200"
+        for s in range(3, 6):
+            (dst / f"seed{s}").mkdir(parents=True)
+            for f in (f"{lam_tag}.json", f"{lam_tag}.npz", "trial.npz"):
+                (dst / f"seed{s}" / f).symlink_to(src / f"seed{s}" / f)
+        page = tmp_path / f"{name}.md"
+        assert _cap_page(monkeypatch, capsys, tmp_path / name, "uncentred", 4, 200, low, page)[0] == 0
+
+    one_lambda_page("c", "lamm8")
     code, out = run(tmp_path / "a.md", tmp_path / "c.md", tmp_path / "mixed.md", "--boot", "20")
     assert code == 0 and "not every trial at every λ: 3 trials at λ = 4^0; 6 trials at λ = 4^-8" in out
     # the bootstrap resamples the trials each λ has: 3 at λ = 4^0 (its cells), 6 at 4^-8
@@ -332,12 +338,7 @@ def test_cap_pool(cap_roots, tmp_path, monkeypatch, capsys):
     with pytest.raises(ValueError, match=r"runs on more than one page \(3\): seed 3 at λ = 4\^-8, seed 4"):
         run(tmp_path / "b.md", tmp_path / "c.md", tmp_path / "x.md")
     # a trial split over pages by λ (seeds 3–5 at 4^-8 on c, at 4^0 on d) pools into the whole trial
-    dst = tmp_path / "d" / "uncentred" / "d4" / "m200"
-    for s in range(3, 6):
-        (dst / f"seed{s}").mkdir(parents=True)
-        for f in ("lam0.json", "lam0.npz", "trial.npz"):
-            (dst / f"seed{s}" / f).symlink_to(src / f"seed{s}" / f)
-    assert _cap_page(monkeypatch, capsys, tmp_path / "d", "uncentred", 4, 200, low, tmp_path / "d.md")[0] == 0
+    one_lambda_page("d", "lam0")
     code, out = run(tmp_path / "a.md", tmp_path / "c.md", tmp_path / "d.md", tmp_path / "split.md", "--boot", "20")
     assert code == 0 and "Trials: 6 (seeds 0, 1, 2, 3, 4, 5)" in out and "not every trial at every λ" not in out
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "split_cells.csv")[cols], whole[cols])
