@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -23,7 +24,7 @@ import angle_probe  # noqa: E402  (a sibling script, not a package)
 from shallowrelu.aggregate import METRICS  # noqa: E402
 from shallowrelu.datasets import DEFAULT_RHO  # noqa: E402
 from shallowrelu.io import atomic_write_text  # noqa: E402
-from shallowrelu.verdicts import VERDICTS  # noqa: E402
+from shallowrelu.verdicts import VERDICTS, sampling_verdicts  # noqa: E402
 
 LABELS = {"max_angle_deg": "max angle", "mean_angle_deg": "mean angle", "nuclear_norm": "nuclear norm"}
 INDEX = "README.md"
@@ -181,12 +182,58 @@ def collect(folder: Path) -> tuple[list[Row], set[str]]:
     return rows, {r.page for r in rows}
 
 
-def headline(rows: list[Row]) -> str:
+def rejudged(folder: Path, page: str, iterations: int, d: int) -> pd.DataFrame | None:
+    """A row's cells (``Row.page`` at ``Row.iterations``) judged again from the page's ``*_runs.csv``
+    with the faithful-reproduction baselines (``verdicts`` module docstring): the page's columns
+    ``metric``, ``lambda_exp``, ``verdict`` and ``rejudged`` (the verdict from the runs),
+    ``baseline_both`` (in-sample) and ``holdout_both`` (held out; NaN below 15 trials), the chance
+    that five of our trials judged the paper's way are consistent in both median and std. None for
+    a page whose CSVs lack the values (the first grid's)."""
+    cells = pd.read_csv(folder / f"{page}_cells.csv")
+    runs_csv = folder / f"{page}_runs.csv"
+    if not runs_csv.is_file() or not {"paper_median", "paper_std", "lambda_exp"} <= set(cells.columns):
+        return None
+    runs = pd.read_csv(runs_csv)
+    if "boot_consistent" in cells.columns:  # an angle probe: its runs' final angles, the page's own d
+        cells, suffix = cells[cells.paper_d == d], ""
+    elif "cap_iters" in cells.columns:  # a cap page: the high cap's values, or the low cap's ``*_low``
+        cells = cells[cells.cap_iters == iterations]
+        suffix = "" if (cells.cap == "high").all() else "_low"
+    else:
+        return None
+    if not len(cells) or not {m + suffix for m in cells.metric} <= set(runs.columns):
+        return None
+    values = [runs.loc[runs.lambda_exp == c.lambda_exp, c.metric + suffix].to_numpy(float)
+              for c in cells.itertuples()]
+    res = sampling_verdicts(values, cells.paper_median.to_numpy(float), cells.paper_std.to_numpy(float))
+    return cells[["metric", "lambda_exp", "verdict"]].assign(
+        rejudged=res["verdict"], baseline_both=res["baseline_both"], holdout_both=res["holdout_both"])
+
+
+def faithful_sums(cells: pd.DataFrame) -> tuple[int, int, float, float]:
+    """Over ``rejudged``'s cells: (consistent, judged, the expected number of consistent cells of a
+    faithful reproduction in-sample and held out — NaN where a cell has no held-out baseline). An
+    expectation is a sum of per-cell chances, however correlated the cells are across λ."""
+    judged = cells[cells.verdict.isin(VERDICTS)]
+    held = judged.holdout_both.to_numpy(float)
+    return (int((judged.verdict == "consistent").sum()), len(judged), float(judged.baseline_both.sum()),
+            float(held.sum()) if np.isfinite(held).all() else float("nan"))
+
+
+def _fmt_expected(x: float) -> str:
+    return f"{x:.1f}" if np.isfinite(x) else "–"
+
+
+def headline(rows: list[Row], folder: Path | None = None) -> str:
     """Markdown for README.md: per (scheme, d, m) at the SPEC noise level and per metric, the verdict
     counts of the page that speaks for it with the most trials in its thinnest cell (then in all, then
     the most iterations), a page whose trials are all in a pooled one not counted; where no
     page has settled, of the current one trained longest (then the most trials), the nearest to the cap;
-    a superseded page only where no current one is judged."""
+    a superseded page only where no current one is judged. With ``folder`` (the pages' own), beside
+    each count the consistent cells a faithful reproduction scores with the same trials (``rejudged``),
+    and a summary per d below the table."""
+    memo: dict[tuple[str, int, int], pd.DataFrame | None] = {}
+    picked: list[tuple[int, pd.DataFrame]] = []  # (d, a quoted count's cells) for the summary
     lines = ["| scheme | d | m | " + " | ".join(f"{LABELS[k]} c/t/i (trials × iterations)" for k in METRICS)
              + " |", "|---|---|---|---|---|---|"]
     for key in sorted({(r.d, r.scheme, r.m) for r in rows if r.rho == "SPEC"}):
@@ -201,10 +248,30 @@ def headline(rows: list[Row]) -> str:
             current = [r for r in own if not r.superseded(metric)] or own
             best = (max(speaking, key=lambda r: (r.n_cell(), r.n_trials, r.iterations)) if speaking
                     else max(current, key=lambda r: (r.iterations, r.n_cell(), r.n_trials)))
+            key_j = (best.page, best.iterations, best.d)
+            if folder is not None and key_j not in memo:
+                memo[key_j] = rejudged(folder, *key_j)
+            judged, expected = memo.get(key_j), ""
+            if judged is not None and len(own_cells := judged[judged.metric == metric]):
+                _, _, ins, held = faithful_sums(own_cells)
+                expected = f"; faithful {_fmt_expected(ins)} / {_fmt_expected(held)}"
+                picked.append((best.d, own_cells))
             cells.append(f"[{best.counts[metric]}](docs/evidence/{best.page}.md) ({best.n_text()} × {best.iters()}"
-                         + (", not settled" if not speaking else "") + ")")
+                         + (", not settled" if not speaking else "") + expected + ")")
         lines.append(f"| {key[1]} | {key[0]} | {key[2]} | " + " | ".join(cells) + " |")
+    if picked:
+        lines += ["", _faithful_summary(picked)]
     return "\n".join(lines) + "\n"
+
+
+def _faithful_summary(picked: list[tuple[int, pd.DataFrame]]) -> str:
+    """One line per d: the table's consistent cells against what a faithful reproduction averages."""
+    parts = []
+    for d in sorted({d for d, _ in picked}):
+        ok, n, ins, held = faithful_sums(pd.concat([cells for dd, cells in picked if dd == d]))
+        parts.append(f"d = {d}: {ok} of {n} consistent (faithful {_fmt_expected(ins)} / {_fmt_expected(held)})")
+    return ("Consistent cells in the table against a faithful reproduction's average with the same trials "
+            "(in-sample / held out): " + "; ".join(parts) + ".")
 
 
 def index(folder: Path, rows: list[Row], judged: set[str]) -> str:
@@ -251,7 +318,7 @@ def main(argv: list[str]) -> int:
     rows, judged = collect(args.dir)
     wanted = {args.dir / INDEX: index(args.dir, rows, judged)}
     if readme is not None:
-        wanted[readme] = update_block(readme.read_text(encoding="utf-8"), headline(rows))
+        wanted[readme] = update_block(readme.read_text(encoding="utf-8"), headline(rows, args.dir))
     stale = [f for f, text in wanted.items() if not f.is_file() or f.read_text(encoding="utf-8") != text]
     if args.check:
         for f in stale:

@@ -148,3 +148,55 @@ def test_headline_prefers_settled_pages_and_says_when_none_is(evidence_index):
     assert "[1/0/0](docs/evidence/now.md) (80 × 3,000, not settled)" in text
     text = evidence_index.headline([row("retired", 40, 30000, moved=1, banner="superseded by now")])
     assert "[1/0/0](docs/evidence/retired.md) (40 × 30,000, not settled)" in text
+
+
+def test_committed_headline_pages_rejudge_to_their_own_verdicts(evidence_index):
+    """Every page the README's table quotes gives the same verdicts when judged again from its
+    ``*_runs.csv`` (the faithful numbers beside the counts are computed from those runs)."""
+    folder = SCRIPTS.parent / "docs" / "evidence"
+    rows, _ = evidence_index.collect(folder)
+    quoted = {line.split("](docs/evidence/")[1].split(".md)")[0]
+              for line in evidence_index.headline(rows).splitlines() if "](docs/evidence/" in line}
+    checked = 0
+    for r in rows:
+        if r.page in quoted:
+            judged = evidence_index.rejudged(folder, r.page, r.iterations, r.d)
+            assert judged is not None, r.page
+            assert (judged.verdict.to_numpy() == judged.rejudged.to_numpy()).all(), (r.page, r.iterations)
+            checked += 1
+    assert checked >= len(quoted)
+
+
+def test_faithful_numbers_use_the_rows_cap_and_say_when_no_held_out(evidence_index, tmp_path):
+    """A cap page's low-cap row is judged on the runs' ``*_low`` values, the high one on the final
+    values; a page with fewer than 15 trials has no held-out baseline ("–")."""
+    rng = __import__("numpy").random.default_rng(0)
+
+    def page(name: str, n: int) -> None:
+        low, high = rng.normal(1.0, 0.01, n), rng.normal(2.0, 0.01, n)
+        runs = pd.DataFrame(dict(seed=range(n), lambda_exp=0, nuclear_norm_low=low, nuclear_norm=high))
+        runs.to_csv(tmp_path / f"{name}_runs.csv", index=False)
+        # the paper's values are the low cap's: consistent there, inconsistent at the high cap
+        pm, ps = float(pd.Series(low).median()), float(pd.Series(low[:5]).std())
+        cells = pd.DataFrame([dict(scheme="uncentred", d=64, m=200, metric="nuclear_norm", lambda_exp=0, cap=cap,
+                                   cap_iters=iters, n=n, verdict=v, paper_median=pm, paper_std=ps)
+                              for cap, iters, v in (("low", 2_000_000, "consistent"),
+                                                    ("high", 20_000_000, "inconsistent"))])
+        cells.to_csv(tmp_path / f"{name}_cells.csv", index=False)
+        (tmp_path / f"{name}.md").write_text(f"# {name}\n", encoding="utf-8")
+
+    page("many", 40)
+    low = evidence_index.rejudged(tmp_path, "many", 2_000_000, 64)
+    high = evidence_index.rejudged(tmp_path, "many", 20_000_000, 64)
+    assert list(low.rejudged) == ["consistent"] and list(high.rejudged) == ["inconsistent"]
+    ok, n, ins, held = evidence_index.faithful_sums(low)
+    assert (ok, n) == (1, 1) and 0.8 < ins <= 1 and 0.5 < held <= 1
+    rows, _ = evidence_index.collect(tmp_path)
+    text = evidence_index.headline(rows, tmp_path)
+    assert f"(40 × 20,000,000; faithful {high.baseline_both.sum():.1f} / {high.holdout_both.sum():.1f})" in text
+    assert "d = 64: 0 of 1 consistent (faithful" in text
+    for f in tmp_path.iterdir():
+        f.unlink()
+    page("few", 10)
+    rows, _ = evidence_index.collect(tmp_path)
+    assert " / –)" in evidence_index.headline(rows, tmp_path)
