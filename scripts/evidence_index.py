@@ -26,6 +26,7 @@ from shallowrelu.datasets import DEFAULT_RHO  # noqa: E402
 from shallowrelu.io import atomic_write_text  # noqa: E402
 from shallowrelu.verdicts import VERDICTS, sampling_verdicts  # noqa: E402
 
+FAITHFUL_COLUMNS = ("baseline_both", "holdout_both", "baseline_inconsistent", "holdout_inconsistent")
 LABELS = {"max_angle_deg": "max angle", "mean_angle_deg": "mean angle", "nuclear_norm": "nuclear norm"}
 INDEX = "README.md"
 MARKERS = ("<!-- evidence-index:start -->", "<!-- evidence-index:end -->")
@@ -207,20 +208,42 @@ def rejudged(folder: Path, page: str, iterations: int, d: int) -> pd.DataFrame |
               for c in cells.itertuples()]
     res = sampling_verdicts(values, cells.paper_median.to_numpy(float), cells.paper_std.to_numpy(float))
     return cells[["metric", "lambda_exp", "verdict"]].assign(
-        rejudged=res["verdict"], baseline_both=res["baseline_both"], holdout_both=res["holdout_both"])
+        rejudged=res["verdict"], **{c: res[c] for c in FAITHFUL_COLUMNS})
 
 
-def faithful_sums(cells: pd.DataFrame) -> tuple[int, int, float, float]:
-    """Over ``rejudged``'s cells: (consistent, judged, the expected number of consistent cells of a
-    faithful reproduction in-sample and held out — NaN where a cell has no held-out baseline). An
-    expectation is a sum of per-cell chances, however correlated the cells are across λ."""
-    judged = cells[cells.verdict.isin(VERDICTS)]
-    held = judged.holdout_both.to_numpy(float)
-    return (int((judged.verdict == "consistent").sum()), len(judged), float(judged.baseline_both.sum()),
-            float(held.sum()) if np.isfinite(held).all() else float("nan"))
+@dataclass(frozen=True)
+class Faithful:
+    """Over some judged cells: the counts, and what a faithful reproduction with the same trials
+    averages (``verdicts`` module docstring), in-sample and held out (NaN where a cell has no
+    held-out baseline). An expectation is a sum of per-cell chances, however correlated the cells
+    are across λ."""
+
+    judged: int
+    consistent: int
+    inconsistent: int
+    consistent_in: float
+    consistent_held: float
+    inconsistent_in: float
+    inconsistent_held: float
+
+    @classmethod
+    def of(cls, cells: pd.DataFrame) -> Faithful:
+        judged = cells[cells.verdict.isin(VERDICTS)]
+
+        def total(col: str) -> float:
+            x = judged[col].to_numpy(float)
+            return float(x.sum()) if np.isfinite(x).all() else float("nan")
+
+        return cls(len(judged), int((judged.verdict == "consistent").sum()),
+                   int((judged.verdict == "inconsistent").sum()), *(total(c) for c in FAITHFUL_COLUMNS))
+
+    def expected(self) -> str:
+        """``c a / b, i a / b``: the expected consistent and inconsistent cells, in-sample / held out."""
+        return (f"c {_fmt(self.consistent_in)} / {_fmt(self.consistent_held)}, "
+                f"i {_fmt(self.inconsistent_in)} / {_fmt(self.inconsistent_held)}")
 
 
-def _fmt_expected(x: float) -> str:
+def _fmt(x: float) -> str:
     return f"{x:.1f}" if np.isfinite(x) else "–"
 
 
@@ -253,8 +276,7 @@ def headline(rows: list[Row], folder: Path | None = None) -> str:
                 memo[key_j] = rejudged(folder, *key_j)
             judged, expected = memo.get(key_j), ""
             if judged is not None and len(own_cells := judged[judged.metric == metric]):
-                _, _, ins, held = faithful_sums(own_cells)
-                expected = f"; faithful {_fmt_expected(ins)} / {_fmt_expected(held)}"
+                expected = f"; faithful {Faithful.of(own_cells).expected()}"
                 picked.append((best.d, own_cells))
             cells.append(f"[{best.counts[metric]}](docs/evidence/{best.page}.md) ({best.n_text()} × {best.iters()}"
                          + (", not settled" if not speaking else "") + expected + ")")
@@ -268,10 +290,11 @@ def _faithful_summary(picked: list[tuple[int, pd.DataFrame]]) -> str:
     """One line per d: the table's consistent cells against what a faithful reproduction averages."""
     parts = []
     for d in sorted({d for d, _ in picked}):
-        ok, n, ins, held = faithful_sums(pd.concat([cells for dd, cells in picked if dd == d]))
-        parts.append(f"d = {d}: {ok} of {n} consistent (faithful {_fmt_expected(ins)} / {_fmt_expected(held)})")
-    return ("Consistent cells in the table against a faithful reproduction's average with the same trials "
-            "(in-sample / held out): " + "; ".join(parts) + ".")
+        f = Faithful.of(pd.concat([cells for dd, cells in picked if dd == d]))
+        parts.append(f"d = {d}: {f.consistent} consistent and {f.inconsistent} inconsistent of {f.judged} "
+                     f"(faithful {f.expected()})")
+    return ("The table's cells against a faithful reproduction's average with the same trials (c consistent, "
+            "i inconsistent; in-sample / held out): " + "; ".join(parts) + ".")
 
 
 def index(folder: Path, rows: list[Row], judged: set[str]) -> str:

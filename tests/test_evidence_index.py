@@ -189,14 +189,19 @@ def test_faithful_numbers_use_the_rows_cap_and_say_when_no_held_out(evidence_ind
     low = evidence_index.rejudged(tmp_path, "many", 2_000_000, 64)
     high = evidence_index.rejudged(tmp_path, "many", 20_000_000, 64)
     assert list(low.rejudged) == ["consistent"] and list(high.rejudged) == ["inconsistent"]
-    ok, n, ins, held = evidence_index.faithful_sums(low)
-    assert (ok, n) == (1, 1) and 0.8 < ins <= 1 and 0.5 < held <= 1
+    f = evidence_index.Faithful.of(low)
+    assert (f.judged, f.consistent, f.inconsistent) == (1, 1, 0)
+    assert 0.8 < f.consistent_in <= 1 and 0.5 < f.consistent_held <= 1 and 0 <= f.inconsistent_in < 0.1
     rows, _ = evidence_index.collect(tmp_path)
     text = evidence_index.headline(rows, tmp_path)
-    assert f"(40 × 20,000,000; faithful {high.baseline_both.sum():.1f} / {high.holdout_both.sum():.1f})" in text
-    assert "d = 64: 0 of 1 consistent (faithful" in text
+    h = evidence_index.Faithful.of(high)
+    assert (h.consistent, h.inconsistent) == (0, 1)
+    assert (f"(40 × 20,000,000; faithful c {h.consistent_in:.1f} / {h.consistent_held:.1f}, "
+            f"i {h.inconsistent_in:.1f} / {h.inconsistent_held:.1f})") in text
+    assert "d = 64: 0 consistent and 1 inconsistent of 1 (faithful c" in text
     for f in tmp_path.iterdir():
         f.unlink()
     page("few", 10)
     rows, _ = evidence_index.collect(tmp_path)
-    assert " / –)" in evidence_index.headline(rows, tmp_path)
+    text = evidence_index.headline(rows, tmp_path)
+    assert "(10 × 20,000,000; faithful c " in text and " / –, i " in text and text.count(" / –") == 4

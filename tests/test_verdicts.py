@@ -151,6 +151,12 @@ def test_faithful_paper_scores_the_baseline_and_a_shifted_one_does_not(simulatio
         # the held-out baseline predicts a faithful reproduction's rate (SE of 300 cells ~0.02)
         assert abs(observed - np.mean(faithful[f"holdout_{part}"])) < 0.06, part
     assert np.mean(off["verdict"] == "consistent") < np.mean(faithful["holdout_both"]) - 0.5
+    # ... and the rate of inconsistent cells: at most ~2 % per statistic in-sample, more held out,
+    # and a faithful reproduction's observed rate near the held-out one
+    inconsistent = np.mean(faithful["verdict"] == "inconsistent")
+    assert 0.005 < faithful["baseline_inconsistent"].mean() <= 0.04
+    assert faithful["baseline_inconsistent"].mean() < faithful["holdout_inconsistent"].mean()
+    assert abs(inconsistent - faithful["holdout_inconsistent"].mean()) < 0.04
     assert seconds < 30  # vectorised: 300 cells x 40 trials in seconds, not minutes
 
 

@@ -24,7 +24,8 @@ CMP_FIRST = CELL_KEY + ["metric", "table", "figure", "paper_median", "paper_std"
                         "n_finite", "n_nonfinite", "median5_q05", "median5_q95", "median_pct", "median_p",
                         "median_verdict", "std5_q05", "std5_q95", "std_pct", "std_p", "std_verdict", "verdict",
                         "baseline_median", "baseline_std", "baseline_both", "holdout_median", "holdout_std",
-                        "holdout_both", "few_trials", "method", "n_subsets", "n_runs", "n_capped",
+                        "holdout_both", "baseline_inconsistent", "holdout_inconsistent", "few_trials", "method",
+                        "n_subsets", "n_runs", "n_capped",
                         "n_capped_below_paper", "n_other_stop", "stop_reasons", "iterations_median", "iterations_max"]
 
 
