@@ -201,6 +201,7 @@ def test_summaries(built):
     assert t1["frac_consistent_median"] == pytest.approx(5 / 6) and t1["frac_consistent_both"] == pytest.approx(5 / 6)
     assert 0.9 <= t1["expected_median"] <= 1.0 and 0.8 < t1["expected_both"] <= 1.0
     assert 0.0 <= t1["holdout_both"] <= t1["holdout_median"] <= 1.0
+    assert 0.0 <= t1["expected_inconsistent"] < 1.0  # a sum over the table's 6 cells of ~2 % chances
     assert t1["worst_cell"] == f"{FAR_CELL[0]} d={FAR_CELL[1]} m={FAR_CELL[2]} lambda=4^{FAR_CELL[3]}"
     # d=1024, m=200 also belongs to Fig. 8's centred tables 7, 9, 11
     assert list(tab.set_index("table").loc[[7, 9, 11], "covered"]) == [2, 2, 2]
@@ -211,7 +212,7 @@ def test_summaries(built):
     assert met.loc["all", "covered"] == 30 == met.drop("all")["covered"].sum()
     assert met.loc["all", "paper_cells"] == 672 == met.drop("all")["paper_cells"].sum()
     md = (root / "results/paper/report.md").read_text()
-    assert "## Per table" in md and "cons. both (exp.)" in md and "correlated" in md
+    assert "## Per table" in md and "cons. both (exp.)" in md and "incons. (exp.)" in md and "correlated" in md
 
 
 def test_end_rule_arccos_and_loss_convention(built):

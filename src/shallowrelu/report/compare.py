@@ -159,7 +159,9 @@ def _frac(mask, sel) -> float:
 
 def summary_row(sel) -> dict:
     """Verdict counts and consistent fractions of the cells in ``sel`` (judged = those with enough
-    trials): observed, and expected of a faithful reproduction (in-sample and held-out baselines)."""
+    trials): observed, and expected of a faithful reproduction (in-sample and held-out baselines);
+    and the number of inconsistent cells such a reproduction averages (``expected_inconsistent``,
+    ``holdout_inconsistent``; the held-out one over the cells that have it)."""
     judged = sel["verdict"].isin(VERDICTS).to_numpy()
     row = dict(covered=int(len(sel)), judged=int(judged.sum()))
     for v in VERDICTS:
@@ -170,6 +172,10 @@ def summary_row(sel) -> dict:
         for name, col in ((f"expected_{part}", f"baseline_{part}"), (f"holdout_{part}", f"holdout_{part}")):
             x = sel[col].to_numpy(float)[judged]
             row[name] = float(np.nanmean(x)) if np.isfinite(x).any() else math.nan
+    for name, col in (("expected_inconsistent", "baseline_inconsistent"), ("holdout_inconsistent",
+                                                                           "holdout_inconsistent")):
+        x = sel[col].to_numpy(float)[judged]  # the expected number of inconsistent cells (a sum)
+        row[name] = float(np.nansum(x)) if np.isfinite(x).any() else math.nan
     row["cells_capped_below_paper"] = int((sel["n_capped_below_paper"] > 0).sum())
     finite = sel["abs_log10_ratio"].replace([np.inf], np.nan)
     row["median_abs_log10"] = float(finite.median()) if finite.notna().any() else float("nan")

@@ -24,8 +24,13 @@ def _pct(x) -> str:
     return "–" if x != x else f"{100 * x:.0f}%"
 
 
+def _count(x: float) -> str:
+    return f"{x:.1f}" if x == x else "–"
+
+
 def consistency_table(summary, key_cols: list[str]):
-    """Compact per-group summary: counts and 'observed (expected)' consistent percentages."""
+    """Compact per-group summary: counts, 'observed (expected)' consistent percentages and
+    inconsistent cells, expected in-sample / held out."""
     import pandas as pd
 
     rows = []
@@ -36,6 +41,8 @@ def consistency_table(summary, key_cols: list[str]):
         for p in ("median", "std", "both"):
             row[f"cons. {p} (exp.)"] = (f"{_pct(r[f'frac_consistent_{p}'])} "
                                         f"({_pct(r[f'expected_{p}'])} / {_pct(r[f'holdout_{p}'])})")
+        row["incons. (exp.)"] = (f"{int(r['inconsistent'])} ({_count(r['expected_inconsistent'])} / "
+                                 f"{_count(r['holdout_inconsistent'])})")
         row["capped<paper"] = int(r["cells_capped_below_paper"])
         rows.append(row)
     return pd.DataFrame(rows)
@@ -54,7 +61,9 @@ def _intro(c) -> list[str]:
         f"its two; < {MIN_TRIALS} trials: too few (≥ {RECOMMENDED_TRIALS} recommended).", "",
         "'(exp.)': what a faithful reproduction would score, in-sample (5 of our trials judged in our own "
         "distribution; optimistic) / held-out (5 of our trials judged against the other N − 5; pessimistic "
-        "for small N). The same trials serve every λ of a (scheme, d, m), so the cells of one trial set are "
+        "for small N); 'incons. (exp.)': the inconsistent cells and how many such a reproduction averages "
+        "(with heavy tails even a faithful one has some). The same trials serve every λ of a (scheme, d, m), "
+        "so the cells of one trial set are "
         "correlated and the fractions are not independent counts. capped<paper: cells with runs stopped at a "
         f"cap below the paper's {c.paper_cap:.0e} iterations.", ""]
 
