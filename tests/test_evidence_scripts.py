@@ -563,3 +563,25 @@ def test_straggler_mc_counts_the_trials_and_the_five_trial_probability(probe_roo
     assert direct > 0 and straggler_mc.five_like(sample, 2, 4) == pytest.approx(direct, rel=1e-12)
     with pytest.raises(ValueError, match="B >= A"):
         straggler_mc.five_like(sample, 8, 4)
+
+
+def test_verdict_by_trials_reproduces_a_committed_page(monkeypatch, capsys):
+    """scripts/verdict_by_trials.py: on all of a committed pooled page's trials its p values and
+    verdict are the page's own; fewer trials are the first N by seed; bad input is refused."""
+    scripts = Path(__file__).resolve().parents[1] / "scripts"
+    monkeypatch.syspath_prepend(str(scripts))
+    import verdict_by_trials
+
+    page = scripts.parent / "docs" / "evidence" / "uncentred_d4_pooled_cap2e6_2e7.md"
+    cells = pd.read_csv(page.with_name(page.stem + "_cells.csv"))
+    cell = cells[(cells.metric == "max_angle_deg") & (cells.lambda_exp == -1) & (cells.cap == "high")].iloc[0]
+    assert verdict_by_trials.main([str(page), "max_angle_deg", "-1", "--n", "40", str(int(cell.n)),
+                                   "--boot", "0"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 40 (") or
+            line.startswith(f"| {int(cell.n)} (")]
+    assert rows[0].startswith("| 40 (0–39) |")
+    assert rows[1].split(" | ")[1:4] == [f"{cell.median_p:.3g}", f"{cell.std_p:.3g}", cell.verdict]
+    for bad in (["nuclear", "-1"], ["max_angle_deg", "7"], ["max_angle_deg", "-1", "--n", "3"],
+                ["max_angle_deg", "-1", "--boot", "-1"]):
+        with pytest.raises(SystemExit):
+            verdict_by_trials.main([str(page), *bad])
