@@ -186,10 +186,11 @@ def collect(folder: Path) -> tuple[list[Row], set[str]]:
 def rejudged(folder: Path, page: str, iterations: int, d: int) -> pd.DataFrame | None:
     """A row's cells (``Row.page`` at ``Row.iterations``) judged again from the page's ``*_runs.csv``
     with the faithful-reproduction baselines (``verdicts`` module docstring): the page's columns
-    ``metric``, ``lambda_exp``, ``verdict`` and ``rejudged`` (the verdict from the runs),
-    ``baseline_both`` (in-sample) and ``holdout_both`` (held out; NaN below 15 trials), the chance
-    that five of our trials judged the paper's way are consistent in both median and std. None for
-    a page whose CSVs lack the values (the first grid's)."""
+    ``metric``, ``lambda_exp``, ``verdict`` and ``rejudged`` (the verdict from the runs), and
+    ``FAITHFUL_COLUMNS``: the chance that five of our trials judged the paper's way are consistent
+    in both median and std (``baseline_both`` in-sample, ``holdout_both`` held out; NaN below 15
+    trials), and that they are inconsistent (``*_inconsistent``). None for a page whose CSVs lack
+    the values (the first grid's)."""
     cells = pd.read_csv(folder / f"{page}_cells.csv")
     runs_csv = folder / f"{page}_runs.csv"
     if not runs_csv.is_file() or not {"paper_median", "paper_std", "lambda_exp"} <= set(cells.columns):
@@ -253,8 +254,8 @@ def headline(rows: list[Row], folder: Path | None = None) -> str:
     the most iterations), a page whose trials are all in a pooled one not counted; where no
     page has settled, of the current one trained longest (then the most trials), the nearest to the cap;
     a superseded page only where no current one is judged. With ``folder`` (the pages' own), beside
-    each count the consistent cells a faithful reproduction scores with the same trials (``rejudged``),
-    and a summary per d below the table."""
+    each count the consistent and inconsistent cells a faithful reproduction averages with the same
+    trials (``rejudged``), and a summary per d below the table."""
     memo: dict[tuple[str, int, int], pd.DataFrame | None] = {}
     picked: list[tuple[int, pd.DataFrame]] = []  # (d, a quoted count's cells) for the summary
     lines = ["| scheme | d | m | " + " | ".join(f"{LABELS[k]} c/t/i (trials × iterations)" for k in METRICS)
