@@ -22,17 +22,22 @@ from pathlib import Path
 
 import pandas as pd
 
-from shallowrelu.aggregate import METRICS
-from shallowrelu.verdicts import MIN_TRIALS, bootstrap_summary, sampling_verdicts
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cap_evidence  # noqa: E402  (sibling scripts, not a package)
+import cap_pool  # noqa: E402
+
+from shallowrelu.aggregate import METRICS  # noqa: E402
+from shallowrelu.verdicts import MIN_TRIALS, bootstrap_summary, sampling_verdicts  # noqa: E402
 
 
 def trajectory(runs: pd.DataFrame, column: str, lambda_exp: int, paper_median: float, paper_std: float,
                ns: list[int], n_boot: int) -> pd.DataFrame:
     """One row per N: the cell on the first N trials (ascending seed) holding the λ."""
     at = runs[runs.lambda_exp == lambda_exp].sort_values("seed")
+    all_values = at[column].to_numpy(float)
     rows = []
     for n in ns:
-        values = at[column].to_numpy(float)[:n]
+        values = all_values[:n]
         res = sampling_verdicts([values], [paper_median], [paper_std])
         row = dict(n=len(values), seeds=f"{int(at.seed.iloc[0])}–{int(at.seed.iloc[len(values) - 1])}",
                    median_p=float(res["median_p"][0]), std_p=float(res["std_p"][0]), verdict=res["verdict"][0])
@@ -66,19 +71,19 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if args.metric not in METRICS:
         p.error(f"metric {args.metric!r}: must be one of {', '.join(METRICS)}")
-    stem = args.page.with_suffix("")
-    cells_csv, runs_csv = Path(f"{stem}_cells.csv"), Path(f"{stem}_runs.csv")
-    for f in (cells_csv, runs_csv):
-        if not f.is_file():
-            p.error(f"{f}: no such file (the page's CSVs must lie beside it)")
     if args.boot < 0:
         p.error(f"--boot {args.boot}: must be 0 (none) or a number of resamples")
-    cells = pd.read_csv(cells_csv)
+    cells_csv = Path(f"{args.page.with_suffix('')}_cells.csv")
+    try:  # the page's runs and cells, checked as scripts/cap_pool.py checks the pages it pools
+        runs, _ = cap_pool.load_pages([args.page])
+        cells = cap_evidence.read_cells(cells_csv, {"metric", "lambda_exp", "cap", "cap_iters", "paper_median",
+                                                    "paper_std"})
+    except ValueError as e:
+        p.error(str(e))
     cell = cells[(cells.metric == args.metric) & (cells.lambda_exp == args.lambda_exp) & (cells.cap == args.cap)]
     if len(cell) != 1:
         p.error(f"{cells_csv} has no single cell {args.metric} at λ = 4^{args.lambda_exp}, cap {args.cap} "
                 f"(λ there: {sorted(set(cells.lambda_exp))})")
-    runs = pd.read_csv(runs_csv)
     have = int((runs.lambda_exp == args.lambda_exp).sum())
     ns = args.n or sorted({*range(40, have, 40), have})
     bad = [n for n in ns if not MIN_TRIALS <= n <= have]
