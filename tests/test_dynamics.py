@@ -210,6 +210,8 @@ def test_dynamics_workflow_tiny(tmp_path):
     assert len(axes["fig10"]) == 4 and all(a["xscale"] == a["yscale"] == "log" for a in axes["fig10"][:2])
     assert "fraction aligned" in axes["fig10"][2]["ylabel"]
     assert len(axes["fig11"]) == 2 and axes["fig11"][1]["yscale"] == "log"
+    # the loss axes say what the number is under the runs' (authors') convention: the plain mean, 2L
+    assert all("mean of squared residuals" in axes[f][0]["ylabel"] for f in ("fig5", "fig11"))
     ex = json.loads((root / "tables" / "example31.json").read_text())
     assert isinstance(ex["decreasing_eigenvalue_order"], bool) and len(ex["crossing"]["eigenvalues"]) == 4
     table = pd.read_csv(root / "tables" / "two_teacher.csv")

@@ -33,7 +33,7 @@ def _mark_events(ax, events: Sequence[tuple[float, str, Any]], text: bool = True
 
 def eigen_coords_figure(hist: dict[str, np.ndarray], eigenvalues: Sequence[float], report: CrossingReport,
                         unit: float = 1e-5, title: str = ""):
-    """Fig. 3: coordinates of v* − v^t in the eigenbasis of (1/n) XᵀX against t (log-x), on the
+    """Fig. 3: coordinates of v* − v^t in the eigenbasis of (1/n) Σ_i x_i x_iᵀ against t (log-x), on the
     arsinh(value/unit) scale, coloured by eigenvalue, first zero crossings marked."""
     import matplotlib as mpl
     import matplotlib.pyplot as plt
@@ -63,7 +63,7 @@ def eigen_coords_figure(hist: dict[str, np.ndarray], eigenvalues: Sequence[float
     ax.set_ylabel(f"coordinate of v* − v^t  (arsinh(value / {unit:g}) scale)")
     ax.set_title(title or "Fig. 3: eigenbasis coordinates of v* − v^t; dots: first zero crossings")
     sm = mpl.cm.ScalarMappable(norm=norm, cmap=cmap)
-    fig.colorbar(sm, ax=ax, label="eigenvalue of (1/n) XᵀX")
+    fig.colorbar(sm, ax=ax, label="eigenvalue of (1/n) Σ x_i x_iᵀ")
     ax.plot([], [], marker="o", mfc="white", mec="black", ls="none", label="first zero crossing")
     ax.legend(loc="lower left")
     fig.tight_layout()
@@ -118,11 +118,13 @@ def loss_angle_figure(hist: dict[str, np.ndarray], groups: Sequence[str] = ("pos
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
     ax1.plot(it[k], hist["loss"][k], color="black", label="training loss")
     for i, d in enumerate(drops):
-        ax1.axvspan(d.start, d.end, color="tab:orange", alpha=0.25, label="detected loss drop" if i == 0 else None)
+        ax1.axvspan(d.start, d.end, color="tab:orange", alpha=0.25,
+                    label="saddle drop (after a plateau)" if i == 0 else None)
         ax1.plot([d.mid], [np.interp(d.mid, it, hist["loss"])], marker="v", color="tab:orange", ms=7, ls="none")
     ax1.set_yscale("log")
     ax1.set_ylabel(loss_label)
-    ax1.set_title(f"training loss (shaded: {len(drops)} detected drop{'s' if len(drops) != 1 else ''})")
+    ax1.set_title(f"training loss (shaded: {len(drops)} saddle drop{'s' if len(drops) != 1 else ''}, "
+                  "loss drops after a plateau)")
     for g in groups:
         ax2.plot(it[k], hist[f"max_angle_{g}_deg"][k], color=colours[g], label=f"max angle, {names[g]}")
     ax2.axhline(threshold_deg, color="grey", lw=0.8, ls=":", label=f"alignment threshold {threshold_deg:g}°")
@@ -159,7 +161,7 @@ def norms_figure(hist: dict[str, np.ndarray], title: str = ""):
     ax.axhline(2.0, color="tab:orange", ls=":", lw=0.9, label=r"2 (limit of $\|\theta\|^2$)")
     ax.set_xscale("log")
     ax.set_xlabel(ITER_LABEL)
-    ax.set_ylabel("norm")
+    ax.set_ylabel("norm / squared norm")
     ax.set_title(title or "Fig. 6: nuclear norm and squared Euclidean norm of the parameters")
     ax.legend(loc="upper left")
     fig.tight_layout()

@@ -4,7 +4,7 @@ Figures 1, 7, 8 (SPEC §4): max angle, mean angle between active hidden neurons 
 and nuclear norm of W against λ = 4^e, log-log, medians over trials with the band in which a
 median of 5 of our trials falls 90 % of the time (cells.csv ``median5_q05``/``median5_q95``),
 the paper's medians on top. Figures 2, 9: training loss (log-x) and test loss (linear-x)
-against the iteration, both with log-y as in the paper.
+against the iteration, both with log-y (the decades the losses fall through).
 Every figure is saved as PDF + PNG with a small ``.axes.json`` that records what each axes
 shows (labels, scales, number of curves), so tests can check a figure without looking at it.
 
@@ -261,10 +261,16 @@ def load_history(stem: str | Path, keys: Sequence[str]) -> dict[str, np.ndarray]
         raise ValueError(f"run history {path} is unreadable ({exc}); {regenerate_hint(path)}") from None
 
 
+def training_loss_label(convention: str) -> str:
+    """The y label of a training-loss axis: what the plotted number is under the run's loss convention
+    (``authors``: the plain mean of squared residuals, 2L; ``paper``: L = (1/2n)Σr², SPEC §1)."""
+    return "training loss, mean of squared residuals" if convention == "authors" else "training loss L (1/2n)"
+
+
 def loss_curves_figure(curves: Sequence[tuple[int, dict[str, np.ndarray]]], spec: dict[str, Any],
                        loss_label: str = "training loss"):
     """Fig 2 / 9: left, training loss vs iteration (log-x); right, test loss vs iteration (linear x);
-    both losses on log-y, as in the paper's figures.
+    both losses on log-y.
 
     ``curves``: (λ exponent, history with 'iteration', 'loss', 'loss_<test_set>') per run.
     """
