@@ -216,7 +216,7 @@ def angle_figure(cells, spec: dict[str, Any], paper: bool = True):
             if c == 0:
                 ax.fill_between([], [], [], color="0.6", alpha=0.3, linewidth=0, label=BAND_LABEL)
                 if no_band:
-                    ax.plot([], [], linestyle="none", label=f"no band: fewer than {MIN_TRIALS} trials")
+                    ax.plot([], [], linestyle="none", label=f"no band: < {MIN_TRIALS} trials or a band down to 0")
                 ax.legend(loc="best", ncol=1 if len(values) < 4 else 2)
     n_trials = sorted({int(x) for x in cells["n"]}) if len(cells) else [0]
     trials = "/".join(map(str, n_trials)) + (" trial" if n_trials == [1] else " trials")
