@@ -102,3 +102,10 @@ def test_angle_figure_spec_keeps_seeds_by_dim_and_the_notebook_overrides_it(tmp_
     assert plotting.seeds_for(over, 64) == [7, 8, 9] and spec["seeds"] == [0, 1, 2]
     with pytest.raises(ValueError, match=r"unknown figure parameter\(s\) seed; allowed: .*seeds_by_dim"):
         plotting.override_spec(spec, seed=[1])
+
+
+def test_training_loss_label_follows_the_conventions_kappa():
+    assert plotting.training_loss_label("authors") == "training loss, mean of squared residuals"  # κ = 2
+    assert plotting.training_loss_label("paper") == "training loss L (1/2n)"  # κ = 1
+    with pytest.raises(ValueError, match="unknown loss convention 'mine'"):
+        plotting.training_loss_label("mine")

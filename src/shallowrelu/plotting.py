@@ -262,9 +262,15 @@ def load_history(stem: str | Path, keys: Sequence[str]) -> dict[str, np.ndarray]
 
 
 def training_loss_label(convention: str) -> str:
-    """The y label of a training-loss axis: what the plotted number is under the run's loss convention
-    (``authors``: the plain mean of squared residuals, 2L; ``paper``: L = (1/2n)Σr², SPEC §1)."""
-    return "training loss, mean of squared residuals" if convention == "authors" else "training loss L (1/2n)"
+    """The y label of a training-loss axis: the logged loss is the run's objective κ·L (``measure.objective``),
+    named by the convention's κ: 2 (``authors``) the plain mean of squared residuals, 1 (``paper``)
+    L = (1/2n)Σr² (SPEC §1). An unknown convention is refused (``model.get_convention``)."""
+    from .model import get_convention  # imports torch: only where a figure is drawn, not in the Snakefile
+
+    kappa = get_convention(convention).kappa
+    if kappa == 2.0:
+        return "training loss, mean of squared residuals"
+    return "training loss L (1/2n)" if kappa == 1.0 else f"training loss {kappa:g}·L (1/2n)"
 
 
 def loss_curves_figure(curves: Sequence[tuple[int, dict[str, np.ndarray]]], spec: dict[str, Any],
