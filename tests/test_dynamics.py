@@ -214,6 +214,8 @@ def test_dynamics_workflow_tiny(tmp_path):
     assert all("mean of squared residuals" in axes[f][0]["ylabel"] for f in ("fig5", "fig11"))
     ex = json.loads((root / "tables" / "example31.json").read_text())
     assert isinstance(ex["decreasing_eigenvalue_order"], bool) and len(ex["crossing"]["eigenvalues"]) == 4
+    # every drop is stored; the saddle drops (Fig 5's shaded spans) are the ones after a plateau
+    assert ex["saddle_drop_iters"] == [dr["mid"] for dr in ex["loss_drops"] if dr["after_plateau"]]
     table = pd.read_csv(root / "tables" / "two_teacher.csv")
     assert len(table) == 2 * 2 * 2  # schemes × ρ × seeds
     assert (root / "runs" / "two_teacher" / "rho0.414214" / "two-teacher-uncentred" / "d4" / "m10" / "seed0"
