@@ -35,7 +35,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --durations=15
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests benchmarks scripts
 	$(BIN)/snakemake --lint
 
 clean-results:
