@@ -173,8 +173,14 @@ def test_two_teacher_sweep_tiny(tmp_path):
     assert stems[0] == dy.two_teacher_stem(tmp_path, "two-teacher-uncentred", DEFAULT_RHO["two-teacher-uncentred"], 0,
                                            d=4, m=12, lambda_exp=-4)
     assert "rho0.414214" in str(stems[0]) and "rho2" in str(stems[-1])
-    table = dy.two_teacher_table(tmp_path, ["two-teacher-uncentred"], ["own", 2.0], seeds, d=4, m=12, lambda_exp=-4)
+    table = dy.two_teacher_table(tmp_path, ["two-teacher-uncentred"], ["own", 2.0], seeds, d=4, m=12, lambda_exp=-4,
+                                 reads=(50,))
     assert len(table) == 4 and set(table["rho"].round(6)) == {0.414214, 2.0}
+    # an earlier read is the history's value at the last logging point up to it
+    hist0 = dy.load_run(stems[0])[1]
+    k = int(np.searchsorted(hist0["iteration"], 50, side="right")) - 1
+    assert 0 < hist0["iteration"][k] <= 50 < hist0["iteration"][-1]
+    assert table["max_angle_neg_deg_at_50"].iloc[0] == hist0["max_angle_neg_deg"][k]
     # the dataset of 2n points: ρ is really the one of the path
     summary, hist = dy.load_run(stems[-1])
     assert summary["run"]["rho"] == 2.0 and summary["run"]["n"] == 8
@@ -251,6 +257,27 @@ def test_rho_summary_and_break():
     summ = dy.rho_summary(pd.DataFrame(rows))
     assert list(summ["fraction_both_aligned"].round(3)) == [1.0, 0.667, 0.333]
     assert dy.first_unaligned_rho(summ, "two-teacher-centred") == dict(some_trial=2.0, most_trials=4.0, median=4.0)
+    assert not [c for c in summ.columns if "_at_" in c]
+
+
+def test_read_at_is_the_last_logged_value_up_to_the_iteration():
+    it, v = [0, 10, 100, 1000], [4.0, 3.0, 2.0, 1.0]
+    assert [dy.read_at(it, v, t) for t in (0, 9, 10, 99, 1000, 10**7)] == [4.0, 4.0, 3.0, 3.0, 1.0, 1.0]
+    with pytest.raises(ValueError, match="cannot read at iteration -1"):
+        dy.read_at(it, v, -1)
+
+
+def test_rho_summary_reads_earlier_caps():
+    """A trial aligned at 1e5 that splits later counts as aligned at 1e5 only; a read that no run
+    went past (1e7: every run stopped before) is not reported."""
+    rows = [dict(scheme="two-teacher-uncentred", rho=2.0, seed=s, iterations=it, max_angle_pos_deg=end,
+                 max_angle_neg_deg=0.01, max_angle_pos_deg_at_100000=early, max_angle_neg_deg_at_100000=0.01,
+                 max_angle_pos_deg_at_10000000=end, max_angle_neg_deg_at_10000000=0.01)
+            for s, (it, early, end) in enumerate([(900_000, 0.02, 0.02), (5_000_000, 0.03, 13.0), (50_000, 7.0, 7.0)])]
+    summ = dy.rho_summary(pd.DataFrame(rows))
+    assert summ["fraction_both_aligned"].round(3).tolist() == [0.333]
+    assert summ["fraction_both_aligned_at_100000"].round(3).tolist() == [0.667]
+    assert "fraction_both_aligned_at_10000000" not in summ.columns
 
 
 @pytest.mark.parametrize("name", ["dynamics_example31", "two_teacher"])

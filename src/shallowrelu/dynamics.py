@@ -386,13 +386,26 @@ def train_two_teacher(runs_root: str | Path, cfg, schemes: Sequence[str], rho_gr
     return stems
 
 
+def read_at(iters: Sequence[float], values: Sequence[float], at: float) -> float:
+    """The value logged at the last iteration ≤ ``at``: what a run capped at ``at`` would end with
+    (its final value where it stopped earlier)."""
+    it = np.asarray(iters, dtype=float)
+    if it.size == 0 or not at >= it[0]:
+        raise ValueError(f"cannot read at iteration {at!r}: the history starts at {it[:1].tolist()}")
+    return float(np.asarray(values, dtype=float)[int(np.searchsorted(it, at, side="right")) - 1])
+
+
 def two_teacher_row(summary: dict[str, Any], history: dict[str, np.ndarray],
-                    threshold_deg: float = 1.0) -> dict[str, Any]:
+                    threshold_deg: float = 1.0, reads: Sequence[int] = ()) -> dict[str, Any]:
     """One run of the sweep as a table row: final max angles of both groups (fixed at
-    initialisation), their alignment iterations and the detected saddle drops."""
+    initialisation), their alignment iterations and the detected saddle drops; for each iteration
+    in ``reads`` also both max angles as logged then (``max_angle_{pos,neg}_deg_at_{N}``), to see
+    what an earlier cap would have found (late splits)."""
     run, fin = summary["run"], summary["final"]
     it = history["iteration"]
     drops = saddle_drops(it, history["loss"])
+    at = {f"max_angle_{g}_deg_at_{int(r)}": read_at(it, history[f"max_angle_{g}_deg"], r)
+          for r in reads for g in ("pos", "neg")}
     return dict(
         scheme=run["scheme"], rho=run["rho"], seed=run["seed"], d=run["d"], m=run["m"],
         lambda_exp=run["lambda_exp"], iterations=summary["iterations"], stop_reason=summary["stop_reason"],
@@ -400,12 +413,12 @@ def two_teacher_row(summary: dict[str, Any], history: dict[str, np.ndarray],
         max_angle_pos_deg=fin["init_rule_max_angle_pos_deg"], max_angle_neg_deg=fin["init_rule_max_angle_neg_deg"],
         align_iter_pos=alignment_iteration(it, history["max_angle_pos_deg"], threshold_deg),
         align_iter_neg=alignment_iteration(it, history["max_angle_neg_deg"], threshold_deg),
-        n_saddle_drops=len(drops), drop_iters=";".join(str(d.mid) for d in drops),
+        n_saddle_drops=len(drops), drop_iters=";".join(str(d.mid) for d in drops), **at,
     )
 
 
 def two_teacher_table(runs_root: str | Path, schemes: Sequence[str], rho_grid, seeds: Sequence[int],
-                      threshold_deg: float = 1.0, **overrides: Any):
+                      threshold_deg: float = 1.0, reads: Sequence[int] = (), **overrides: Any):
     """pandas DataFrame of :func:`two_teacher_row` over the sweep (missing files: error)."""
     import pandas as pd
 
@@ -417,7 +430,7 @@ def two_teacher_table(runs_root: str | Path, schemes: Sequence[str], rho_grid, s
                 if not stem.with_suffix(".json").exists():
                     missing.append(str(stem))
                     continue
-                rows.append(two_teacher_row(*load_run(stem), threshold_deg=threshold_deg))
+                rows.append(two_teacher_row(*load_run(stem), threshold_deg=threshold_deg, reads=reads))
     if missing:
         raise FileNotFoundError(f"{len(missing)} two-teacher runs missing (e.g. {missing[0]}); "
                                 "train them first: snakemake --cores 2 fig10")
@@ -489,15 +502,23 @@ def two_teacher_jobs(section: Mapping[str, Any], runs_root: str | Path) -> list[
 
 def rho_summary(table, threshold_deg: float = 1.0):
     """Per (scheme, ρ): medians of both max angles and the fraction of trials whose groups are
-    both aligned (max angle < threshold) at the end — where the single-bundle picture breaks."""
+    both aligned (max angle < threshold) at the end — where the single-bundle picture breaks —
+    and, for each earlier read of :func:`two_teacher_table` that some run went past,
+    ``fraction_both_aligned_at_{N}``: the same had the runs been capped at N."""
+    reads = sorted({int(c.rsplit("_", 1)[1]) for c in table.columns if c.startswith("max_angle_pos_deg_at_")})
+    reads = [r for r in reads if (table["iterations"] > r).any()]
+    def both(g, suffix: str = "") -> float:
+        return float(((g[f"max_angle_pos_deg{suffix}"] < threshold_deg)
+                      & (g[f"max_angle_neg_deg{suffix}"] < threshold_deg)).mean())
+
     rows = []
     for (scheme, rho), g in table.groupby(["scheme", "rho"]):
-        both = (g["max_angle_pos_deg"] < threshold_deg) & (g["max_angle_neg_deg"] < threshold_deg)
         rows.append(dict(scheme=scheme, rho=rho, n=len(g),
                          median_max_angle_pos_deg=float(g["max_angle_pos_deg"].median()),
                          median_max_angle_neg_deg=float(g["max_angle_neg_deg"].median()),
                          max_max_angle_deg=float(np.nanmax(g[["max_angle_pos_deg", "max_angle_neg_deg"]].to_numpy())),
-                         fraction_both_aligned=float(both.mean())))
+                         fraction_both_aligned=both(g),
+                         **{f"fraction_both_aligned_at_{r}": both(g, f"_at_{r}") for r in reads}))
     import pandas as pd
 
     return pd.DataFrame(rows)
@@ -520,6 +541,6 @@ __all__ = [
     "detect_loss_drops", "saddle_drops", "eigenbasis", "zero_crossings", "CrossingReport", "crossing_order",
     "arsinh_scale", "load_run", "example31_stem", "train_example31", "rho_tag", "two_teacher_rhos",
     "two_teacher_root", "two_teacher_stem", "scheme_rhos", "train_two_teacher", "example31_job", "fig11_rho",
-    "two_teacher_jobs", "two_teacher_row", "two_teacher_table",
+    "two_teacher_jobs", "two_teacher_row", "two_teacher_table", "read_at",
     "median_spread", "SCHEMES", "rho_summary", "first_unaligned_rho",
 ]
