@@ -585,3 +585,38 @@ def test_verdict_by_trials_reproduces_a_committed_page(monkeypatch, capsys):
                 ["max_angle_deg", "-1", "--boot", "-1"]):
         with pytest.raises(SystemExit):
             verdict_by_trials.main([str(page), *bad])
+
+
+def test_two_teacher_page_from_the_notebooks_tables(tmp_path, monkeypatch, capsys):
+    """The page's fractions, stop counts and late splits are the tables' own; a missing table is
+    refused with its name."""
+    from shallowrelu import dynamics as dy
+
+    rows = [dict(scheme="two-teacher-uncentred", rho=2.0, seed=s, d=16, m=25, lambda_exp=-7, iterations=it,
+                 stop_reason=stop, loss=1e-9, max_angle_pos_deg=end, max_angle_neg_deg=0.01,
+                 max_angle_pos_deg_at_100000=early, max_angle_neg_deg_at_100000=0.01)
+            for s, (it, stop, early, end) in enumerate([(900_000, "loss_target", 0.02, 0.02),
+                                                        (5_000_000, "loss_target", 0.03, 13.0),
+                                                        (20_000_000, "max_iters", 7.0, 7.0)])]
+    table = pd.DataFrame(rows)
+    summary = dy.rho_summary(table)
+    breaks = dict(threshold_deg=1.0, first_unaligned_rho={
+        "two-teacher-uncentred": dy.first_unaligned_rho(summary, "two-teacher-uncentred")})
+    table.to_csv(tmp_path / "two_teacher.csv", index=False)
+    summary.to_csv(tmp_path / "two_teacher_rho_summary.csv", index=False)
+    (tmp_path / "two_teacher_breaks.json").write_text(json.dumps(breaks))
+    script = Path(__file__).resolve().parents[1] / "scripts" / "two_teacher_evidence.py"
+    monkeypatch.setattr(sys, "argv", [str(script), str(tmp_path), str(tmp_path / "p.md"), "--how", "by hand."])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(script), run_name="__main__")
+    assert exit_.value.code == 0
+    text = (tmp_path / "p.md").read_text()
+    assert text.startswith("# Two teachers: Fig 10's ρ sweep, 3 trials per ρ to 20,000,000 iterations")
+    assert "| two-teacher-uncentred | 2 | 3 | 0.67 | 0.33 | 7 / 0.01 | 2 / 1 / 0 |" in text
+    assert "1 of 3 trials had both groups aligned at 100,000 iterations and not at the end; 0 the other way" in text
+    assert "| two-teacher-uncentred | 2 | 1 | loss_target | 5,000,000 | 0.03 / 0.01 | 13 / 0.01 |" in text
+    assert "two-teacher-uncentred: 2.0 / 2.0 / 2.0" in text and "**How it was made.** by hand." in text
+    (tmp_path / "two_teacher_breaks.json").unlink()
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(script), run_name="__main__")
+    assert exit_.value.code == 2 and "two_teacher_breaks.json" in capsys.readouterr().err
