@@ -606,7 +606,8 @@ def test_two_teacher_page_from_the_notebooks_tables(tmp_path, monkeypatch, capsy
     summary.to_csv(tmp_path / "two_teacher_rho_summary.csv", index=False)
     (tmp_path / "two_teacher_breaks.json").write_text(json.dumps(breaks))
     script = Path(__file__).resolve().parents[1] / "scripts" / "two_teacher_evidence.py"
-    monkeypatch.setattr(sys, "argv", [str(script), str(tmp_path), str(tmp_path / "p.md"), "--how", "by hand."])
+    monkeypatch.setattr(sys, "argv", [str(script), str(tmp_path), str(tmp_path / "p.md"), "--how", "by hand.",
+                                      "--figure", "f/fig10.png"])
     with pytest.raises(SystemExit) as exit_:
         runpy.run_path(str(script), run_name="__main__")
     assert exit_.value.code == 0
@@ -616,6 +617,7 @@ def test_two_teacher_page_from_the_notebooks_tables(tmp_path, monkeypatch, capsy
     assert "1 of 3 trials had both groups aligned at 100,000 iterations and not at the end; 0 the other way" in text
     assert "| two-teacher-uncentred | 2 | 1 | loss_target | 5,000,000 | 0.03 / 0.01 | 13 / 0.01 |" in text
     assert "two-teacher-uncentred: 2.0 / 2.0 / 2.0" in text and "**How it was made.** by hand." in text
+    assert "![Fig 10 from these runs](f/fig10.png)" in text
     (tmp_path / "two_teacher_breaks.json").unlink()
     with pytest.raises(SystemExit) as exit_:
         runpy.run_path(str(script), run_name="__main__")
