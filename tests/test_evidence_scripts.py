@@ -622,3 +622,20 @@ def test_two_teacher_page_from_the_notebooks_tables(tmp_path, monkeypatch, capsy
     with pytest.raises(SystemExit) as exit_:
         runpy.run_path(str(script), run_name="__main__")
     assert exit_.value.code == 2 and "two_teacher_breaks.json" in capsys.readouterr().err
+
+
+def test_committed_two_teacher_page_is_what_its_tables_give(tmp_path, monkeypatch):
+    """docs/evidence/two_teacher_paper.md regenerated from the tables committed beside it (with its own
+    'How it was made' paragraph) is the committed page, number for number."""
+    root = Path(__file__).resolve().parents[1]
+    page = root / "docs" / "evidence" / "two_teacher_paper.md"
+    tables = root / "docs" / "evidence" / "two_teacher_paper"
+    how = next(line for line in page.read_text().splitlines() if line.startswith("**How it was made.** "))
+    script = root / "scripts" / "two_teacher_evidence.py"
+    monkeypatch.setattr(sys, "argv", [str(script), str(tables), str(tmp_path / "p.md"), "--fig11",
+                                      str(tables / "fig11_events.json"), "--figure", "two_teacher_paper/fig10.png",
+                                      "--how", how.removeprefix("**How it was made.** ")])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(script), run_name="__main__")
+    assert exit_.value.code == 0
+    assert (tmp_path / "p.md").read_text() == page.read_text()
