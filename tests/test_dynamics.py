@@ -292,3 +292,28 @@ def test_notebooks_parameters_cell_and_clean(name):
     exec("".join(tagged[0]["source"]), {}, params)
     assert params["config_file"] is None and params["runs_dir"] is None
     assert not [c for c in nb["cells"] if c["cell_type"] == "code" and c.get("outputs")]
+
+
+def test_rho_sweep_figure_shows_the_first_earlier_read():
+    """Fig 10's bottom row adds the fraction with both groups aligned at the first read some run went
+    past (what that lower cap would have shown); without reads, or none passed, it does not."""
+    import matplotlib.pyplot as plt
+
+    from shallowrelu.dynamics_figures import rho_sweep_figure
+
+    rows = [dict(scheme="two-teacher-uncentred", rho=r, seed=s, iterations=it, max_angle_pos_deg=end,
+                 max_angle_neg_deg=0.01, max_angle_pos_deg_at_100=early, max_angle_neg_deg_at_100=0.01,
+                 max_angle_pos_deg_at_10000=end, max_angle_neg_deg_at_10000=0.01)
+            for r in (0.5, 2.0) for s, (it, early, end) in enumerate([(900, 0.02, 0.02), (5000, 0.03, 13.0)])]
+    table = pd.DataFrame(rows)
+
+    def bottom_lines(t):
+        fig = rho_sweep_figure(t)
+        lines = {ln.get_label(): ln.get_ydata() for ln in fig.axes[1].get_lines()}
+        plt.close(fig)
+        return lines
+
+    lines = bottom_lines(table)
+    assert list(lines["both, at iteration 100"]) == [1.0, 1.0] and list(lines["both"]) == [0.5, 0.5]
+    assert not [k for k in lines if "at iteration" in k and k != "both, at iteration 100"]
+    assert not [k for k in bottom_lines(table.assign(iterations=50)) if "at iteration" in k]

@@ -168,11 +168,19 @@ def norms_figure(hist: dict[str, np.ndarray], title: str = ""):
     return fig
 
 
+def _first_read(sub) -> int | None:
+    """The smallest earlier read of the table (dynamics.two_teacher_table's ``reads``) that some run
+    of ``sub`` went past, else None."""
+    reads = sorted(int(c.rsplit("_", 1)[1]) for c in sub.columns if c.startswith("max_angle_pos_deg_at_"))
+    return next((r for r in reads if (sub["iterations"] > r).any()), None)
+
+
 def rho_sweep_figure(table, threshold_deg: float = 1.0, title: str = ""):
     """Fig. 10: max angle within J+ and within J− against ρ, one column per scheme; top: medians
     over trials (lines), interquartile range (band) and every trial (dots), log-log; bottom: the
     fraction of trials whose group is aligned (max angle < threshold), where the single-bundle
-    picture breaks."""
+    picture breaks, and, where the table has earlier reads, the fraction of trials with both groups
+    aligned at the first read some run went past (grey: what that lower cap would have shown)."""
     import matplotlib as mpl
     import matplotlib.pyplot as plt
 
@@ -199,6 +207,13 @@ def rho_sweep_figure(table, threshold_deg: float = 1.0, title: str = ""):
         both = ((sub["max_angle_pos_deg"] < threshold_deg) & (sub["max_angle_neg_deg"] < threshold_deg))
         frac_both = both.groupby(sub["rho"]).mean()
         axf.plot(frac_both.index, frac_both.to_numpy(), marker="s", ms=3, color="black", ls="--", label="both")
+        early = _first_read(sub)
+        if early is not None:  # what a cap at the table's first earlier read would have shown (late splits)
+            ok = ((sub[f"max_angle_pos_deg_at_{early}"] < threshold_deg)
+                  & (sub[f"max_angle_neg_deg_at_{early}"] < threshold_deg))
+            frac_early = ok.groupby(sub["rho"]).mean()
+            axf.plot(frac_early.index, frac_early.to_numpy(), marker="x", ms=4, color="grey", ls=":",
+                     label=f"both, at iteration {early:,}")
         own = DEFAULT_RHO[scheme]
         for a in (ax, axf):
             a.axvline(own, color="grey", lw=0.8, ls="--", label=f"scheme's own ρ = {own:.3g}" if a is ax else None)
