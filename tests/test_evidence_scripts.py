@@ -639,3 +639,33 @@ def test_committed_two_teacher_page_is_what_its_tables_give(tmp_path, monkeypatc
         runpy.run_path(str(script), run_name="__main__")
     assert exit_.value.code == 0
     assert (tmp_path / "p.md").read_text() == page.read_text()
+
+
+def test_example31_seeds_page(tmp_path, monkeypatch, capsys):
+    """Each trial's row is dynamics.crossing_order's report on that run; no runs: refused."""
+    from shallowrelu import dynamics as dy
+    from shallowrelu.datasets import Trial
+
+    assert cli(["train", "--scheme", "uncentred", "--d", "16", "--m", "25", "--seeds", "2", "1", "--lambda-exps", "-7",
+                "--max-iters", "3000", "--n-log", "40", "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    script = Path(__file__).resolve().parents[1] / "scripts" / "example31_seeds.py"
+    monkeypatch.setattr(sys, "argv", [str(script), str(tmp_path / "r"), str(tmp_path / "p.md")])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(script), run_name="__main__")
+    assert exit_.value.code == 0
+    table = [line for line in (tmp_path / "p.md").read_text().splitlines() if line.startswith(("| 1 ", "| 2 "))]
+    assert [row.split("|")[1].strip() for row in table] == ["1", "2"]  # sorted by seed
+    for row, seed in zip(table, (1, 2)):
+        stem = dy.example31_stem(tmp_path / "r", seed)
+        summary, hist = dy.load_run(stem)
+        ev, _ = dy.eigenbasis(Trial.load(stem.parent / "trial.npz").X)
+        rep = dy.crossing_order(hist["iteration"], hist["eig_coords"], ev)
+        cells = [c.strip() for c in row.split("|")[1:-1]]
+        assert cells[1] == summary["stop_reason"] and cells[2] == f"{summary['iterations']:,}"
+        assert cells[4] == f"{16 - len(rep.uncrossed)} of 16"
+        assert cells[7] == (str(rep.uncrossed) if rep.uncrossed else "–")
+        assert cells[6] == ("yes" if rep.decreasing else "no")
+    monkeypatch.setattr(sys, "argv", [str(script), str(tmp_path / "none"), str(tmp_path / "q.md")])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(script), run_name="__main__")
+    assert exit_.value.code == 2 and "no Example 31 runs" in capsys.readouterr().err
