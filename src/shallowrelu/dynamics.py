@@ -507,7 +507,8 @@ def rho_summary(table, threshold_deg: float = 1.0):
     ``fraction_both_aligned_at_{N}``: the same had the runs been capped at N."""
     reads = sorted({int(c.rsplit("_", 1)[1]) for c in table.columns if c.startswith("max_angle_pos_deg_at_")})
     reads = [r for r in reads if (table["iterations"] > r).any()]
-    def both(g, suffix: str = "") -> float:
+
+    def both(g, suffix: str = "") -> float:  # the fraction of g's trials with both groups aligned
         return float(((g[f"max_angle_pos_deg{suffix}"] < threshold_deg)
                       & (g[f"max_angle_neg_deg{suffix}"] < threshold_deg)).mean())
 
