@@ -21,13 +21,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from shallowrelu import dynamics as dy
 from shallowrelu.io import atomic_write_text
 
 FILES = ("two_teacher.csv", "two_teacher_rho_summary.csv", "two_teacher_breaks.json")
-
-
-def _reads(summary: pd.DataFrame) -> list[int]:
-    return sorted(int(c.rsplit("_", 1)[1]) for c in summary.columns if c.startswith("fraction_both_aligned_at_"))
 
 
 def page(table: pd.DataFrame, summary: pd.DataFrame, breaks: dict, fig11: dict | None, how: str,
@@ -35,10 +32,10 @@ def page(table: pd.DataFrame, summary: pd.DataFrame, breaks: dict, fig11: dict |
     """The page's Markdown (module docstring)."""
     threshold = float(breaks["threshold_deg"])
 
-    def _aligned(suffix: str = "") -> pd.Series:
-        return (table[f"max_angle_pos_deg{suffix}"] < threshold) & (table[f"max_angle_neg_deg{suffix}"] < threshold)
+    def _aligned(at: int | None = None) -> pd.Series:
+        return dy.both_aligned(table, threshold, at)
 
-    reads = _reads(summary)
+    reads = dy.earlier_reads(table)  # the summary's fraction_both_aligned_at_N columns (dynamics.rho_summary)
     trials = sorted(set(summary["n"]))
     cap = int(table["iterations"].max())
     lines = [f"# Two teachers: Fig 10's ρ sweep, {'–'.join(map(str, trials[::max(1, len(trials) - 1)]))} trials per ρ "
@@ -70,11 +67,11 @@ def page(table: pd.DataFrame, summary: pd.DataFrame, breaks: dict, fig11: dict |
                           for s, b in breaks["first_unaligned_rho"].items()) + ".", ""]
     if reads:
         first = reads[0]
-        late = table[_aligned(f"_at_{first}") & ~_aligned()]
-        healed = table[~_aligned(f"_at_{first}") & _aligned()]
+        late = table[_aligned(first) & ~_aligned()]
+        healed = table[~_aligned(first) & _aligned()]
         lines += [f"**Late splits.** {len(late)} of {len(table)} trials had both groups aligned at {first:,} "
                   f"iterations and not at the end; {len(healed)} the other way round. Per read, trials aligned then "
-                  "and not at the end: " + ", ".join(f"{x:,}: {int((_aligned(f'_at_{x}') & ~_aligned()).sum())}"
+                  "and not at the end: " + ", ".join(f"{x:,}: {int((_aligned(x) & ~_aligned()).sum())}"
                                       for x in reads) + "."]
         if len(late):
             lines += ["", "| scheme | ρ | seed | stop | iterations | max angles J+ / J− at "

@@ -500,26 +500,35 @@ def two_teacher_jobs(section: Mapping[str, Any], runs_root: str | Path) -> list[
     return out
 
 
+def earlier_reads(table) -> list[int]:
+    """The earlier reads of a :func:`two_teacher_table` (its ``max_angle_*_deg_at_N`` columns) that
+    some run went past, ascending: those that tell a lower cap from the end."""
+    reads = sorted({int(c.rsplit("_", 1)[1]) for c in table.columns if c.startswith("max_angle_pos_deg_at_")})
+    return [r for r in reads if (table["iterations"] > r).any()]
+
+
+def both_aligned(table, threshold_deg: float = 1.0, at: int | None = None):
+    """Per run of a :func:`two_teacher_table`: both groups' max angles below ``threshold_deg`` at the
+    end, or as read at the earlier iteration ``at`` (boolean pandas Series)."""
+    suffix = "" if at is None else f"_at_{at}"
+    return (table[f"max_angle_pos_deg{suffix}"] < threshold_deg) & (table[f"max_angle_neg_deg{suffix}"] < threshold_deg)
+
+
 def rho_summary(table, threshold_deg: float = 1.0):
     """Per (scheme, ρ): medians of both max angles and the fraction of trials whose groups are
     both aligned (max angle < threshold) at the end — where the single-bundle picture breaks —
     and, for each earlier read of :func:`two_teacher_table` that some run went past,
     ``fraction_both_aligned_at_{N}``: the same had the runs been capped at N."""
-    reads = sorted({int(c.rsplit("_", 1)[1]) for c in table.columns if c.startswith("max_angle_pos_deg_at_")})
-    reads = [r for r in reads if (table["iterations"] > r).any()]
-
-    def both(g, suffix: str = "") -> float:  # the fraction of g's trials with both groups aligned
-        return float(((g[f"max_angle_pos_deg{suffix}"] < threshold_deg)
-                      & (g[f"max_angle_neg_deg{suffix}"] < threshold_deg)).mean())
-
+    reads = earlier_reads(table)
     rows = []
     for (scheme, rho), g in table.groupby(["scheme", "rho"]):
         rows.append(dict(scheme=scheme, rho=rho, n=len(g),
                          median_max_angle_pos_deg=float(g["max_angle_pos_deg"].median()),
                          median_max_angle_neg_deg=float(g["max_angle_neg_deg"].median()),
                          max_max_angle_deg=float(np.nanmax(g[["max_angle_pos_deg", "max_angle_neg_deg"]].to_numpy())),
-                         fraction_both_aligned=both(g),
-                         **{f"fraction_both_aligned_at_{r}": both(g, f"_at_{r}") for r in reads}))
+                         fraction_both_aligned=float(both_aligned(g, threshold_deg).mean()),
+                         **{f"fraction_both_aligned_at_{r}": float(both_aligned(g, threshold_deg, r).mean())
+                            for r in reads}))
     import pandas as pd
 
     return pd.DataFrame(rows)
@@ -543,5 +552,5 @@ __all__ = [
     "arsinh_scale", "load_run", "example31_stem", "train_example31", "rho_tag", "two_teacher_rhos",
     "two_teacher_root", "two_teacher_stem", "scheme_rhos", "train_two_teacher", "example31_job", "fig11_rho",
     "two_teacher_jobs", "two_teacher_row", "two_teacher_table", "read_at",
-    "median_spread", "SCHEMES", "rho_summary", "first_unaligned_rho",
+    "median_spread", "SCHEMES", "rho_summary", "first_unaligned_rho", "earlier_reads", "both_aligned",
 ]

@@ -16,6 +16,8 @@ from .dynamics import (
     CrossingReport,
     alignment_iteration,
     arsinh_scale,
+    both_aligned,
+    earlier_reads,
     median_spread,
     saddle_drops,
 )
@@ -168,13 +170,6 @@ def norms_figure(hist: dict[str, np.ndarray], title: str = ""):
     return fig
 
 
-def _first_read(sub) -> int | None:
-    """The smallest earlier read of the table (dynamics.two_teacher_table's ``reads``) that some run
-    of ``sub`` went past, else None."""
-    reads = sorted(int(c.rsplit("_", 1)[1]) for c in sub.columns if c.startswith("max_angle_pos_deg_at_"))
-    return next((r for r in reads if (sub["iterations"] > r).any()), None)
-
-
 def rho_sweep_figure(table, threshold_deg: float = 1.0, title: str = ""):
     """Fig. 10: max angle within J+ and within J− against ρ, one column per scheme; top: medians
     over trials (lines), interquartile range (band) and every trial (dots), log-log; bottom: the
@@ -204,14 +199,12 @@ def rho_sweep_figure(table, threshold_deg: float = 1.0, title: str = ""):
                     color=colours[g])
             frac = sub.assign(ok=sub[f"max_angle_{g}_deg"] < threshold_deg).groupby("rho")["ok"].mean()
             axf.plot(frac.index, frac.to_numpy(), marker="o", color=colours[g], label=names[g])
-        both = ((sub["max_angle_pos_deg"] < threshold_deg) & (sub["max_angle_neg_deg"] < threshold_deg))
-        frac_both = both.groupby(sub["rho"]).mean()
+        frac_both = both_aligned(sub, threshold_deg).groupby(sub["rho"]).mean()
         axf.plot(frac_both.index, frac_both.to_numpy(), marker="s", ms=3, color="black", ls="--", label="both")
-        early = _first_read(sub)
-        if early is not None:  # what a cap at the table's first earlier read would have shown (late splits)
-            ok = ((sub[f"max_angle_pos_deg_at_{early}"] < threshold_deg)
-                  & (sub[f"max_angle_neg_deg_at_{early}"] < threshold_deg))
-            frac_early = ok.groupby(sub["rho"]).mean()
+        reads = earlier_reads(sub)
+        if reads:  # what a cap at the table's first earlier read would have shown (late splits)
+            early = reads[0]
+            frac_early = both_aligned(sub, threshold_deg, early).groupby(sub["rho"]).mean()
             axf.plot(frac_early.index, frac_early.to_numpy(), marker="x", ms=4, color="grey", ls=":",
                      label=f"both, at iteration {early:,}")
         own = DEFAULT_RHO[scheme]
